@@ -1,0 +1,138 @@
+"""The `exportgate` command line: parse, call the API, print, exit with the report's code.
+
+Exit codes: 0 pass, 1 outputs differ, 2 bad input or usage, 3 GELU changed, 4 target or opset
+incompatible.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from exporter.errors import ExportgateError
+
+app = typer.Typer(
+    name="exportgate",
+    help="Export PyTorch and Keras models to ONNX, and prove each artifact faithful before it ships.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+# Reusable option groups (shared by export and verify).
+InputOption = Annotated[list[str], typer.Option(
+    "--input", help="NAME:SHAPE:DTYPE[:LOW..HIGH], e.g. input_ids:2x16:int64:0..1000 (HIGH exclusive). Repeatable.")]
+AtolOption = Annotated[list[str], typer.Option(
+    "--atol", help="Absolute tolerance: a number for every output, or NAME=NUMBER for one. Repeatable.")]
+RtolOption = Annotated[list[str], typer.Option(
+    "--rtol", help="Relative tolerance: a number for every output, or NAME=NUMBER for one. Repeatable.")]
+SeedOption = Annotated[int, typer.Option("--seed", help="Seed for the random verification batches.")]
+BatchesOption = Annotated[int, typer.Option("--batches", min=0, help="Random batches besides the example inputs.")]
+ReportOption = Annotated[Optional[Path], typer.Option("--report", help="Write the JSON report here.")]
+
+
+def _progress(message: str) -> None:
+    typer.echo(f"exportgate: {message}", err=True)
+
+
+def _finish(report) -> None:
+    for line in report.summary_lines():
+        typer.echo(line, err=True)
+    raise typer.Exit(report.exit_code)
+
+
+@app.command()
+def export(
+    model: Annotated[str, typer.Argument(help="file.py:callable, model.keras or model.pt2")],
+    to: Annotated[str, typer.Option("--to", help="Artifact format: onnx.")],
+    out: Annotated[Path, typer.Option("--out", help="Where the verified artifact goes.")],
+    opset: Annotated[Optional[int], typer.Option("--opset", help="ONNX opset (default domain) to export at.")] = None,
+    exporter: Annotated[str, typer.Option(
+        "--exporter", help="auto, or force one: dynamo, torchscript (PyTorch), tf2onnx (Keras).")] = "auto",
+    inputs: InputOption = [],
+    dynamic: Annotated[list[str], typer.Option("--dynamic", help="NAME:AXIS: make an input axis dynamic.")] = [],
+    atol: AtolOption = [],
+    rtol: RtolOption = [],
+    seed: SeedOption = 0,
+    batches: BatchesOption = 3,
+    no_verify: Annotated[bool, typer.Option("--no-verify", help="Skip verification (the report says so).")] = False,
+    report: ReportOption = None,
+) -> None:
+    """Export MODEL, verify the artifact, and write it to --out only if it passes."""
+    from exporter import api
+
+    result = api.export(
+        model, to=to, out=out, opset=opset, exporter=exporter, inputs=inputs, dynamic=dynamic, atol=atol,
+        rtol=rtol, seed=seed, batches=batches, verify=not no_verify, report_path=report, progress=_progress,
+    )
+    _finish(result)
+
+
+@app.command()
+def verify(
+    artifact: Annotated[Path, typer.Argument(help="The .onnx artifact to check.")],
+    source: Annotated[str, typer.Option("--source", help="The source model: file.py:callable, .keras or .pt2.")],
+    inputs: InputOption = [],
+    atol: AtolOption = [],
+    rtol: RtolOption = [],
+    seed: SeedOption = 0,
+    batches: BatchesOption = 3,
+    report: ReportOption = None,
+) -> None:
+    """Run ARTIFACT and its source model on the same inputs and compare every output."""
+    from exporter import api
+
+    result = api.verify(artifact, source=source, inputs=inputs, atol=atol, rtol=rtol, seed=seed,
+                        batches=batches, report_path=report, progress=_progress)
+    _finish(result)
+
+
+@app.command()
+def inspect(
+    artifact: Annotated[Path, typer.Argument(help="The artifact to describe.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
+) -> None:
+    """Show an artifact's format, opsets, op counts, inputs and outputs."""
+    from exporter import api
+
+    info = api.inspect(artifact)
+    if as_json:
+        typer.echo(json.dumps(info, indent=2))
+        return
+    typer.echo(f"{info['path']}: {info['format']}, opset {info['opset']}, producer {info['producer'] or '?'}")
+    typer.echo("opset imports: " + ", ".join(f"{d} {v}" for d, v in info["opset_imports"].items()))
+    for kind in ("inputs", "outputs"):
+        typer.echo(f"{kind}:")
+        for tensor in info[kind]:
+            shape = "x".join(str(d) for d in tensor["shape"]) or "scalar"
+            typer.echo(f"  {tensor['name']}: {shape} {tensor['dtype']}")
+    typer.echo("ops:")
+    for op, count in info["op_counts"].items():
+        typer.echo(f"  {op}: {count}")
+    if info["external_data"]:
+        typer.echo("external data: " + ", ".join(info["external_data"]))
+
+
+def main() -> None:
+    """Entry point: every ExportgateError ends in one line and its exit code, never a traceback."""
+    try:
+        app(standalone_mode=True)
+    except ExportgateError as exc:
+        typer.echo(f"exportgate: error: {exc}", err=True)
+        sys.exit(2 if exc.kind == "input" else 4)
+    except Exception as exc:  # the last guard: one line, and the traceback only on request
+        if os.environ.get("EXPORTGATE_DEBUG"):
+            raise
+        from exporter.errors import one_line
+
+        typer.echo(f"exportgate: error: {one_line(exc)} (EXPORTGATE_DEBUG=1 shows the traceback)", err=True)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+"""Errors that end a run early. Each carries the finding kind it becomes in the report."""
+
+from __future__ import annotations
+
+
+class ExportgateError(Exception):
+    """A failure with a finding kind ("input", "opset", "target", "numeric", "gelu")."""
+
+    kind = "input"
+
+    def __init__(self, message: str, kind: str | None = None):
+        super().__init__(message)
+        if kind is not None:
+            self.kind = kind
+
+
+class BadInput(ExportgateError):
+    """Unreadable model, bad spec, missing callable: exit 2."""
+
+    kind = "input"
+
+
+class MissingFramework(BadInput):
+    """A framework the request needs is not installed: exit 2 with the pip command that fixes it."""
+
+    def __init__(self, module: str, extra: str):
+        super().__init__(
+            f"{module} is not installed; install it with: pip install 'exportgate[{extra}]'"
+        )
+        self.module = module
+        self.extra = extra
+
+
+class Incompatible(ExportgateError):
+    """The request cannot be honoured at this opset or for this target: exit 4."""
+
+    kind = "target"
+
+
+def one_line(exc: BaseException) -> str:
+    """`Type: first line of the message`, for one-line error reports."""
+    lines = [line for line in str(exc).strip().splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {lines[0].strip()}" if lines else type(exc).__name__

@@ -1,0 +1,113 @@
+"""Keras 3 (TensorFlow backend) as a source framework: keras.Model from a builder or a .keras file."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from exporter.errors import BadInput, one_line
+from exporter.frameworks import Framework, register
+
+
+def prepare_keras_environment() -> None:
+    """Keras must run on TensorFlow for tf2onnx and the TFLite converter; keep TF's C++ logs quiet."""
+    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+@register
+class KerasFramework(Framework):
+    name = "keras"
+    extra = "keras"
+    modules = ("keras", "tensorflow")
+    suffixes = (".keras",)
+
+    def owns(self, obj: Any) -> bool:
+        keras = sys.modules.get("keras")
+        return keras is not None and isinstance(obj, keras.Model)
+
+    def load_file(self, path: Path) -> Any:
+        prepare_keras_environment()
+        keras = self.require("keras")
+        self._check_backend(keras)
+        try:
+            return keras.saving.load_model(str(path), safe_mode=True)
+        except Exception as exc:
+            raise BadInput(f"{path}: not a loadable Keras model: {one_line(exc)}") from exc
+
+    def _check_backend(self, keras) -> None:
+        backend = keras.backend.backend()
+        if backend != "tensorflow":
+            raise BadInput(f"Keras runs on the {backend!r} backend; set KERAS_BACKEND=tensorflow")
+
+    def make_source(self, spec, model, example, input_specs, default_inputs):
+        from exporter.sources import DEFAULT_DYNAMIC_SIZE, InputSpec, Source
+
+        keras = self.require("keras")
+        self._check_backend(keras)
+        try:
+            declared = [
+                InputSpec(
+                    t.name,
+                    tuple(DEFAULT_DYNAMIC_SIZE if d is None else int(d) for d in t.shape),
+                    str(t.dtype),
+                )
+                for t in model.inputs
+            ]
+        except (AttributeError, ValueError):
+            declared = []  # an unbuilt Sequential model: its inputs come from the example or --input
+        by_keyword = isinstance(example, Mapping)
+        arrays = None
+        if example is not None:
+            values = list(example.values()) if by_keyword else list(example)
+            if by_keyword:
+                names = list(example.keys())
+            elif len(declared) == len(values):
+                names = [s.name for s in declared]
+            else:
+                names = [f"input_{i}" for i in range(len(values))]
+            arrays = {name: np.asarray(value) for name, value in zip(names, values)}
+            declared = [InputSpec(n, tuple(a.shape), a.dtype.name) for n, a in arrays.items()]
+        given = {s.name: s for s in input_specs}
+        if declared:
+            unknown = set(given) - {s.name for s in declared}
+            if unknown:
+                raise BadInput(
+                    f"--input names {sorted(unknown)} are not inputs of {spec} "
+                    f"({', '.join(s.name for s in declared)})"
+                )
+            inputs = [given.get(s.name, s) for s in declared]
+        elif input_specs or default_inputs:
+            inputs = list(input_specs or default_inputs)
+        else:
+            raise BadInput(
+                f"{spec}: the Keras model has no defined inputs; start it with keras.Input, return "
+                "(model, example_inputs) from the callable, or pass --input NAME:SHAPE:DTYPE"
+            )
+        return Source(spec, self, model, inputs, arrays, by_keyword=by_keyword)
+
+    def run(self, source, feed):
+        arrays = [feed[name] for name in source.input_names]
+        if source.by_keyword:
+            result = source.model(dict(zip(source.input_names, arrays)), training=False)
+        else:
+            result = source.model(arrays[0] if len(arrays) == 1 else arrays, training=False)
+        return keras_outputs(source.model, result)
+
+
+def keras_outputs(model: Any, result: Any) -> tuple[list[str], bool, list[np.ndarray]]:
+    """Name and flatten what a Keras model returned; names are real for dicts and named outputs."""
+    if isinstance(result, Mapping):
+        return [str(k) for k in result], True, [np.asarray(v) for v in result.values()]
+    values = list(result) if isinstance(result, (list, tuple)) else [result]
+    names = list(getattr(model, "output_names", None) or [])
+    if len(names) == len(values) and len(set(names)) == len(names):
+        return names, True, [np.asarray(v) for v in values]
+    if len(values) == 1:
+        return ["output"], False, [np.asarray(values[0])]
+    return [f"output_{i}" for i in range(len(values))], False, [np.asarray(v) for v in values]

@@ -1,0 +1,151 @@
+"""PyTorch as a source framework: nn.Module from a builder, or a torch.export ExportedProgram (.pt2)."""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from exporter.errors import BadInput, one_line
+from exporter.frameworks import Framework, register
+
+
+@register
+class TorchFramework(Framework):
+    name = "torch"
+    extra = "torch"
+    modules = ("torch",)
+    suffixes = (".pt2",)
+
+    def owns(self, obj: Any) -> bool:
+        torch = sys.modules.get("torch")
+        return torch is not None and isinstance(obj, (torch.nn.Module, torch.export.ExportedProgram))
+
+    def load_file(self, path: Path) -> Any:
+        torch = self.require("torch")
+        try:
+            return torch.export.load(str(path))
+        except Exception as exc:
+            raise BadInput(f"{path}: not a readable torch.export program: {one_line(exc)}") from exc
+
+    def make_source(self, spec, model, example, input_specs, default_inputs):
+        from exporter.sources import InputSpec, Source
+
+        torch = self.require("torch")
+        if isinstance(model, torch.nn.Module):
+            model.eval()
+        by_keyword = isinstance(example, Mapping)
+        arrays: dict[str, np.ndarray] | None = None
+        if example is not None:
+            values = list(example.values()) if by_keyword else list(example)
+            names = list(example.keys()) if by_keyword else _positional_names(model, len(values))
+            arrays = {name: _to_numpy(value, name) for name, value in zip(names, values)}
+        elif not input_specs:
+            if isinstance(model, torch.export.ExportedProgram):
+                input_specs = _exported_program_inputs(model)
+            input_specs = input_specs or default_inputs
+            if not input_specs:
+                raise BadInput(
+                    f"{spec}: the PyTorch model comes without example inputs; return "
+                    "(model, example_inputs) from the callable or pass --input NAME:SHAPE:DTYPE"
+                )
+        if arrays is not None:
+            given = {s.name: s for s in input_specs}
+            unknown = set(given) - set(arrays)
+            if unknown:
+                raise BadInput(f"--input names {sorted(unknown)} are not inputs of {spec} ({', '.join(arrays)})")
+            input_specs = [
+                given.get(name, InputSpec(name, tuple(a.shape), a.dtype.name)) for name, a in arrays.items()
+            ]
+        return Source(spec, self, model, list(input_specs), arrays, by_keyword=by_keyword)
+
+    def run(self, source, feed):
+        torch = self.require("torch")
+        tensors = [torch.from_numpy(np.ascontiguousarray(feed[name])) for name in source.input_names]
+        module = source.model.module() if isinstance(source.model, torch.export.ExportedProgram) else source.model
+        with torch.no_grad():
+            if source.by_keyword:
+                result = module(**dict(zip(source.input_names, tensors)))
+            else:
+                result = module(*tensors)
+        names, arrays = [], []
+        real = isinstance(result, Mapping)
+        _flatten_outputs(result, "output", names, arrays)
+        if not arrays:
+            raise BadInput(f"{source.spec}: the model returned no tensors")
+        return names, real, arrays
+
+    def example_tensors(self, source, feed):
+        """Positional args and keyword args for torch.onnx.export."""
+        torch = self.require("torch")
+        tensors = [torch.from_numpy(np.ascontiguousarray(feed[name])) for name in source.input_names]
+        if source.by_keyword:
+            return (), dict(zip(source.input_names, tensors))
+        return tuple(tensors), None
+
+
+def _positional_names(model: Any, count: int) -> list[str]:
+    try:
+        forward = model.forward
+        params = [
+            p.name for p in inspect.signature(forward).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+    except (TypeError, ValueError, AttributeError):
+        params = []
+    if len(params) >= count:
+        return params[:count]
+    return [f"input_{i}" for i in range(count)]
+
+
+def _to_numpy(value: Any, name: str) -> np.ndarray:
+    torch = sys.modules["torch"]
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu()
+        if value.dtype == torch.bfloat16:
+            value = value.float()
+        return value.numpy()
+    if isinstance(value, np.ndarray):
+        return value
+    if isinstance(value, (int, float, bool, list)):
+        return np.asarray(value)
+    raise BadInput(f"example input {name!r} is a {type(value).__name__}; expected a tensor or an array")
+
+
+def _flatten_outputs(value: Any, name: str, names: list[str], arrays: list[np.ndarray]) -> None:
+    torch = sys.modules["torch"]
+    if value is None:
+        return
+    if isinstance(value, torch.Tensor):
+        names.append(name)
+        arrays.append(_to_numpy(value, name))
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            _flatten_outputs(item, str(key), names, arrays)
+    elif isinstance(value, (tuple, list)):
+        if len(value) == 1 and name == "output":
+            _flatten_outputs(value[0], name, names, arrays)
+            return
+        for i, item in enumerate(value):
+            _flatten_outputs(item, f"{name}_{i}", names, arrays)
+    else:
+        raise BadInput(f"the model returned a {type(value).__name__} at {name}; expected tensors")
+
+
+def _exported_program_inputs(program: Any) -> list:
+    from exporter.sources import InputSpec
+
+    specs = []
+    for node in program.graph.nodes:
+        if node.op != "placeholder" or node.name not in program.graph_signature.user_inputs:
+            continue
+        val = node.meta.get("val")
+        if val is None or not hasattr(val, "shape"):
+            return []
+        shape = tuple(int(d) if str(d).isdigit() else 2 for d in val.shape)
+        specs.append(InputSpec(node.name, shape, str(val.dtype).removeprefix("torch.")))
+    return specs

@@ -1,0 +1,127 @@
+"""Keras 3 -> ONNX with tf2onnx.
+
+tf2onnx 1.17 quirks handled here:
+- from_keras breaks on Sequential models, so the model is traced through from_function.
+- TF writes exact GELU as 0.5*x*erfc(-x/sqrt 2); tf2onnx has no Erfc converter, logs it, writes an
+  invalid model and reports success. A handler lowering Erfc to 1 - Erf is registered, and any op
+  left unconverted fails the export.
+- tf2onnx stops at opset 18: higher requests are converted up with onnx.version_converter and
+  checked; a lower opset than asked is never handed back.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from exporter.errors import Incompatible, one_line
+from exporter.frameworks import FRAMEWORKS
+from exporter.frameworks.keras_framework import prepare_keras_environment
+from exporter.routes import ExportRequest, ExportResult, Route, register
+from exporter.routes.quiet import quiet_exporter
+from exporter.sources import Source
+
+TF2ONNX_MAX_OPSET = 18
+TF2ONNX_MIN_OPSET = 7
+_erfc_lowering_registered = False
+
+
+def register_erfc_lowering() -> None:
+    """Teach tf2onnx to convert TF's Erfc as Sub(1, Erf(x)), so exact GELU survives exactly."""
+    global _erfc_lowering_registered
+    if _erfc_lowering_registered:
+        return
+    from tf2onnx import utils
+    from tf2onnx.handler import tf_op
+
+    @tf_op("Erfc")
+    class Erfc:
+        @classmethod
+        def version_9(cls, ctx, node, **kwargs):
+            np_dtype = utils.map_onnx_to_numpy_type(ctx.get_dtype(node.input[0]))
+            erf = ctx.make_node("Erf", [node.input[0]], op_name_scope=node.name)
+            one = ctx.make_const(utils.make_name(f"{node.name}_one"), np.array(1, dtype=np_dtype))
+            node.type = "Sub"
+            ctx.replace_inputs(node, [one.output[0], erf.output[0]])
+
+    _erfc_lowering_registered = True
+
+
+def unconverted_ops(model) -> list[str]:
+    """Ops tf2onnx left as TF ops (it logs them and carries on)."""
+    import onnx
+
+    custom_domains = {e.domain for e in model.opset_import} - {"", "ai.onnx"}
+    left = set()
+    for node in model.graph.node:
+        domain = node.domain or ""
+        if domain in custom_domains:
+            continue
+        if not onnx.defs.has(node.op_type, domain):
+            left.add(node.op_type)
+    return sorted(left)
+
+
+@register
+class KerasToOnnx(Route):
+    framework = "keras"
+    format = "onnx"
+    exporters = ("tf2onnx",)
+
+    def export(self, source: Source, request: ExportRequest, dest: Path, progress) -> ExportResult:
+        prepare_keras_environment()
+        keras_fw = FRAMEWORKS["keras"]
+        tf = keras_fw.require("tensorflow")
+        keras_fw.require("tf2onnx")
+        import onnx
+        import tf2onnx
+
+        register_erfc_lowering()
+        opset = request.opset
+        if opset is not None and opset < TF2ONNX_MIN_OPSET:
+            raise Incompatible(f"asked for opset {opset}: tf2onnx starts at opset {TF2ONNX_MIN_OPSET}", kind="opset")
+        convert_opset = min(opset, TF2ONNX_MAX_OPSET) if opset is not None else None
+
+        dynamic = {(a.input, a.axis) for a in request.dynamic}
+        signature = [
+            tf.TensorSpec(
+                [None if (spec.name, axis) in dynamic else dim for axis, dim in enumerate(spec.shape)],
+                tf.as_dtype(spec.dtype), name=spec.name,
+            )
+            for spec in source.inputs
+        ]
+        model, names, by_keyword = source.model, source.input_names, source.by_keyword
+        output_names = request.output_names
+
+        def serve(*args):
+            if by_keyword:
+                result = model(dict(zip(names, args)), training=False)
+            else:
+                result = model(args[0] if len(args) == 1 else list(args), training=False)
+            values = list(result.values()) if isinstance(result, dict) else (
+                list(result) if isinstance(result, (list, tuple)) else [result])
+            return dict(zip(output_names, values))
+
+        progress(f"exporting with tf2onnx {tf2onnx.__version__} at opset {convert_opset or 'default'}")
+        try:
+            with quiet_exporter():
+                proto, _ = tf2onnx.convert.from_function(
+                    tf.function(serve), input_signature=signature, opset=convert_opset)
+        except Exception as exc:
+            raise Incompatible(f"tf2onnx failed: {one_line(exc)}") from exc
+        left = unconverted_ops(proto)
+        if left:
+            raise Incompatible(f"tf2onnx could not convert {', '.join(left)} at opset {convert_opset}")
+        notes = []
+        if opset is not None and opset > TF2ONNX_MAX_OPSET:
+            progress(f"converting opset {TF2ONNX_MAX_OPSET} -> {opset} with onnx.version_converter")
+            try:
+                proto = onnx.version_converter.convert_version(proto, opset)
+            except Exception as exc:
+                raise Incompatible(
+                    f"asked for opset {opset}: tf2onnx stops at {TF2ONNX_MAX_OPSET} and "
+                    f"onnx.version_converter failed: {one_line(exc)}", kind="opset") from exc
+            notes.append(f"tf2onnx wrote opset {TF2ONNX_MAX_OPSET}; onnx.version_converter raised it to {opset}")
+        onnx.save(proto, str(dest))
+        return ExportResult(exporter=f"tf2onnx {tf2onnx.__version__}", notes=notes)

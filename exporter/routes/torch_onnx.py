@@ -1,0 +1,111 @@
+"""PyTorch -> ONNX with torch.onnx.
+
+torch 2.13 has two exporters. The dynamo exporter (the default) builds at opset 18 and converts
+down when asked for less, but keeps 18 and only logs a warning when a conversion step is missing.
+The TorchScript exporter honours opsets 7 to 20 exactly but fails on some models. "auto" tries the
+one likelier to honour the request first and falls back to the other; whichever produced it, the
+artifact's opset is checked against the request.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from exporter.errors import ExportgateError, Incompatible, one_line
+from exporter.frameworks import FRAMEWORKS
+from exporter.routes import ExportRequest, ExportResult, Route, register
+from exporter.routes.quiet import quiet_exporter
+from exporter.sources import Source
+from verifiers.onnx_model import default_opset, external_data_files, load_structure
+
+DYNAMO_BASE_OPSET = 18  # below this the dynamo exporter converts down, and may silently not
+TORCHSCRIPT_MAX_OPSET = 20
+
+
+def _export_dynamo(source, request, dest, args, kwargs, dynamic_axes):
+    torch = sys.modules["torch"]
+    torch.onnx.export(
+        source.model, args, str(dest), kwargs=kwargs, dynamo=True, opset_version=request.opset,
+        input_names=source.input_names, output_names=request.output_names or None,
+        dynamic_axes=dynamic_axes or None, external_data=True, optimize=True,
+    )
+
+
+def _export_torchscript(source, request, dest, args, kwargs, dynamic_axes):
+    torch = sys.modules["torch"]
+    if isinstance(source.model, torch.export.ExportedProgram):
+        raise Incompatible("the TorchScript exporter cannot take a torch.export program (.pt2)")
+    if request.opset is not None and request.opset > TORCHSCRIPT_MAX_OPSET:
+        raise Incompatible(f"the TorchScript exporter stops at opset {TORCHSCRIPT_MAX_OPSET}")
+    torch.onnx.export(
+        source.model, args, str(dest), kwargs=kwargs, dynamo=False, opset_version=request.opset,
+        input_names=source.input_names, output_names=request.output_names or None,
+        dynamic_axes=dynamic_axes or None, do_constant_folding=True,
+    )
+
+
+EXPORTERS = {"dynamo": _export_dynamo, "torchscript": _export_torchscript}
+
+
+def exporter_order(opset: int | None, choice: str) -> list[str]:
+    if choice != "auto":
+        return [choice]
+    if opset is not None and opset < DYNAMO_BASE_OPSET:
+        return ["torchscript", "dynamo"]
+    if opset is not None and opset > TORCHSCRIPT_MAX_OPSET:
+        return ["dynamo"]
+    return ["dynamo", "torchscript"]
+
+
+@register
+class TorchToOnnx(Route):
+    framework = "torch"
+    format = "onnx"
+    exporters = tuple(EXPORTERS)
+
+    def export(self, source: Source, request: ExportRequest, dest: Path, progress) -> ExportResult:
+        FRAMEWORKS["torch"].require("torch")
+        FRAMEWORKS["torch"].require("onnxscript")  # the dynamo exporter's backend
+        args, kwargs = FRAMEWORKS["torch"].example_tensors(source, request.sample_inputs)
+        dynamic_axes = {}
+        for axis in request.dynamic:
+            dynamic_axes.setdefault(axis.input, {})[axis.axis] = f"{axis.input}_dim{axis.axis}"
+
+        attempts: list[str] = []
+        mismatch = False
+        for name in exporter_order(request.opset, request.exporter):
+            label = f"torch.onnx ({name})"
+            progress(f"exporting with {label} at opset {request.opset or 'default'}")
+            _remove_artifact(dest)
+            try:
+                with quiet_exporter():
+                    EXPORTERS[name](source, request, dest, args, kwargs, dynamic_axes)
+            except ExportgateError as exc:
+                attempts.append(f"{label}: {exc}")
+                continue
+            except Exception as exc:
+                attempts.append(f"{label} failed: {one_line(exc)}")
+                continue
+            produced = default_opset(load_structure(dest))
+            if request.opset is None or produced == request.opset:
+                notes = [f"{a}; fell back" for a in attempts]
+                return ExportResult(exporter=label, notes=notes)
+            mismatch = True
+            attempts.append(f"{label} produced opset {produced}")
+        _remove_artifact(dest)
+        asked = f"asked for opset {request.opset}" if request.opset else "export failed"
+        raise Incompatible(f"{asked}: " + "; ".join(attempts), kind="opset" if mismatch else "target")
+
+
+def _remove_artifact(dest: Path) -> None:
+    """Clear a previous attempt: the model file and the external data files it names."""
+    if not dest.exists():
+        return
+    try:
+        locations = external_data_files(load_structure(dest))
+    except ExportgateError:  # half-written by a failed attempt: it names nothing readable
+        locations = []
+    for location in locations:
+        (dest.parent / location).unlink(missing_ok=True)
+    dest.unlink()

@@ -1,0 +1,184 @@
+"""Compare artifact outputs with the source model's: tolerances, output matching, error statistics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from exporter.errors import BadInput
+from verifiers.report import Finding, OutputResult
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    atol: float
+    rtol: float
+
+
+# Defaults by reference dtype.
+DEFAULT_TOLERANCES: dict[str, Tolerance] = {
+    "float64": Tolerance(1e-6, 1e-5),
+    "float32": Tolerance(1e-4, 1e-3),
+    "float16": Tolerance(1e-2, 1e-2),
+    "bfloat16": Tolerance(5e-2, 5e-2),
+}
+EXACT = Tolerance(0.0, 0.0)  # integer and boolean outputs must match exactly
+
+
+@dataclass
+class Tolerances:
+    """Global and per-output overrides on top of the per-dtype defaults."""
+
+    atol: float | None = None
+    rtol: float | None = None
+    per_output_atol: dict[str, float] = field(default_factory=dict)
+    per_output_rtol: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, atol_options: list[str], rtol_options: list[str]) -> "Tolerances":
+        """Parse repeatable options: a bare number sets the global value, NAME=VALUE one output's."""
+        tolerances = cls()
+        for option, values, per_output in (
+            ("--atol", atol_options, tolerances.per_output_atol),
+            ("--rtol", rtol_options, tolerances.per_output_rtol),
+        ):
+            for text in values:
+                name, _, value = text.rpartition("=")
+                number = _parse_nonnegative(option, text, value)
+                if name:
+                    per_output[name] = number
+                elif option == "--atol":
+                    tolerances.atol = number
+                else:
+                    tolerances.rtol = number
+        return tolerances
+
+    def for_output(self, name: str, dtype: np.dtype) -> Tolerance:
+        dtype = np.dtype(dtype)
+        if dtype.kind in "iub":
+            default = EXACT
+        else:
+            default = DEFAULT_TOLERANCES.get(dtype.name, DEFAULT_TOLERANCES["float32"])
+        atol = self.per_output_atol.get(name, self.atol if self.atol is not None else default.atol)
+        rtol = self.per_output_rtol.get(name, self.rtol if self.rtol is not None else default.rtol)
+        return Tolerance(atol, rtol)
+
+    def unknown_outputs(self, names: list[str]) -> list[str]:
+        known = set(names)
+        return sorted((set(self.per_output_atol) | set(self.per_output_rtol)) - known)
+
+
+def _parse_nonnegative(option: str, text: str, value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise BadInput(f"{option} {text!r}: expected a number or NAME=NUMBER") from None
+    if not number >= 0:
+        raise BadInput(f"{option} {text!r}: tolerance must be a non-negative number")
+    return number
+
+
+def match_outputs(
+    reference_names: list[str], names_are_real: bool, artifact_names: list[str]
+) -> list[tuple[int, int]]:
+    """Pair reference outputs with artifact outputs: by name when both sides name them, else by order."""
+    if names_are_real and set(reference_names) <= set(artifact_names):
+        return [(i, artifact_names.index(n)) for i, n in enumerate(reference_names)]
+    if len(reference_names) != len(artifact_names):
+        raise BadInput(
+            f"the source model has {len(reference_names)} output(s) "
+            f"({', '.join(reference_names)}) and the artifact {len(artifact_names)} "
+            f"({', '.join(artifact_names)}); they cannot be matched by name or by order"
+        )
+    return [(i, i) for i in range(len(reference_names))]
+
+
+def compare_outputs(
+    reference_names: list[str],
+    artifact_names: list[str],
+    pairs: list[tuple[int, int]],
+    reference_batches: list[list[np.ndarray]],
+    artifact_batches: list[list[np.ndarray]],
+    tolerances: Tolerances,
+) -> tuple[list[OutputResult], list[Finding]]:
+    """Error statistics per output over every batch; findings for the outputs that fail."""
+    results: list[OutputResult] = []
+    findings: list[Finding] = []
+    for ref_index, art_index in pairs:
+        name = reference_names[ref_index]
+        art_name = artifact_names[art_index]
+        refs = [batch[ref_index] for batch in reference_batches]
+        arts = [batch[art_index] for batch in artifact_batches]
+        result, finding = _compare_one(name, art_name, refs, arts, tolerances)
+        results.append(result)
+        if finding is not None:
+            findings.append(finding)
+    return results, findings
+
+
+def _compare_one(name, art_name, refs, arts, tolerances):
+    tol = tolerances.for_output(name, refs[0].dtype)
+    base = dict(name=name, artifact_name=art_name, atol=tol.atol, rtol=tol.rtol)
+    for ref, art in zip(refs, arts):
+        if ref.shape != art.shape:
+            result = OutputResult(
+                shape=list(ref.shape), artifact_shape=list(art.shape), max_abs_err=None,
+                max_rel_err=None, frac_out_of_tol=None, passed=False, **base,
+            )
+            message = (
+                f"output {name}: shape differs, source {list(ref.shape)} vs artifact "
+                f"{art_name} {list(art.shape)}"
+            )
+            return result, Finding("numeric", message, output=name)
+
+    nonfinite = _nonfinite_counts(refs, arts)
+    max_abs = max_rel = 0.0
+    out_count = total = 0
+    for ref, art in zip(refs, arts):
+        ref64 = ref.astype(np.float64)
+        art64 = art.astype(np.float64)
+        finite = np.isfinite(ref64) & np.isfinite(art64)
+        diff = np.abs(art64 - ref64)[finite]
+        mag = np.abs(ref64)[finite]
+        total += ref.size
+        out_count += int(np.count_nonzero(diff > tol.atol + tol.rtol * mag))
+        if diff.size:
+            max_abs = max(max_abs, float(diff.max()))
+            # Relative error is meaningless where the reference is near zero: skip those elements.
+            significant = mag > max(tol.atol, np.finfo(np.float32).tiny)
+            if significant.any():
+                max_rel = max(max_rel, float((diff[significant] / mag[significant]).max()))
+    passed = out_count == 0 and not nonfinite
+    result = OutputResult(
+        shape=list(refs[0].shape), artifact_shape=list(arts[0].shape), max_abs_err=max_abs,
+        max_rel_err=max_rel, frac_out_of_tol=out_count / total if total else 0.0,
+        passed=passed, nonfinite=nonfinite, **base,
+    )
+    if passed:
+        return result, None
+    if nonfinite:
+        where = ", ".join(f"{count} {what}" for what, count in nonfinite.items())
+        message = f"output {name}: non-finite values ({where})"
+    else:
+        message = (
+            f"output {name}: max abs err {max_abs:.3g} (atol {tol.atol:g}), max rel err "
+            f"{max_rel:.3g} (rtol {tol.rtol:g}); {100 * out_count / total:.3g}% of elements "
+            f"out of tolerance"
+        )
+    return result, Finding("numeric", message, output=name, data={
+        "max_abs_err": max_abs, "max_rel_err": max_rel, "frac_out_of_tol": out_count / total,
+    })
+
+
+def _nonfinite_counts(refs: list[np.ndarray], arts: list[np.ndarray]) -> dict[str, int]:
+    """Count NaN/Inf on each side, but only where the two sides disagree about them."""
+    counts: dict[str, int] = {}
+    for side, arrays, others in (("source", refs, arts), ("artifact", arts, refs)):
+        for check, label in ((np.isnan, "NaN"), (np.isinf, "Inf")):
+            if arrays[0].dtype.kind not in "fc":
+                continue
+            n = sum(int(np.count_nonzero(check(a) & ~check(o))) for a, o in zip(arrays, others))
+            if n:
+                counts[f"{label} in {side}"] = n
+    return counts

@@ -1,0 +1,115 @@
+"""Read ONNX files without running them: opsets, op counts, inputs and outputs, external data."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import onnx
+from google.protobuf.message import DecodeError
+
+from exporter.errors import BadInput, one_line
+
+DEFAULT_DOMAINS = ("", "ai.onnx")
+
+
+def load_structure(path: str | Path) -> onnx.ModelProto:
+    """The graph without its external weights (cheap even for multi-GB models)."""
+    path = Path(path)
+    if not path.is_file():
+        raise BadInput(f"{path}: no such file")
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except (DecodeError, ValueError, RuntimeError, OSError) as exc:
+        raise BadInput(f"{path}: not a readable ONNX model: {one_line(exc)}") from exc
+    if not model.graph.node and not model.opset_import:
+        raise BadInput(f"{path}: not a readable ONNX model: empty graph")
+    return model
+
+
+def default_opset(model: onnx.ModelProto) -> int | None:
+    for entry in model.opset_import:
+        if entry.domain in DEFAULT_DOMAINS:
+            return entry.version
+    return None
+
+
+def iter_nodes(graph: onnx.GraphProto):
+    """Every node, subgraphs (If/Loop/Scan bodies) included."""
+    for node in graph.node:
+        yield node
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                yield from iter_nodes(attr.g)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for sub in attr.graphs:
+                    yield from iter_nodes(sub)
+
+
+def external_tensors(model: onnx.ModelProto):
+    """Tensors (initializers, Constant values) whose data lives in an external file."""
+    from onnx.external_data_helper import _get_all_tensors
+
+    for tensor in _get_all_tensors(model):
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            yield tensor
+
+
+def external_data_files(model: onnx.ModelProto) -> list[str]:
+    """Relative locations of the external data files a model refers to, in first-use order."""
+    locations: dict[str, None] = {}
+    for tensor in external_tensors(model):
+        for entry in tensor.external_data:
+            if entry.key == "location":
+                locations[entry.value] = None
+    return list(locations)
+
+
+def relocate_external_data(model_path: Path, old_to_new: dict[str, str]) -> None:
+    """Point a model's external tensors at renamed data files (the data itself is not touched)."""
+    model = onnx.load(str(model_path), load_external_data=False)
+    for tensor in external_tensors(model):
+        for entry in tensor.external_data:
+            if entry.key == "location" and entry.value in old_to_new:
+                entry.value = old_to_new[entry.value]
+    onnx.save(model, str(model_path))
+
+
+def _shape(value_info: onnx.ValueInfoProto) -> list[int | str]:
+    tensor_type = value_info.type.tensor_type
+    if not tensor_type.HasField("shape"):
+        return []
+    return [d.dim_param or (d.dim_value if d.HasField("dim_value") else "?") for d in tensor_type.shape.dim]
+
+
+def _dtype(value_info: onnx.ValueInfoProto) -> str:
+    elem = value_info.type.tensor_type.elem_type
+    return onnx.helper.tensor_dtype_to_np_dtype(elem).name if elem else "unknown"
+
+
+def describe(path: str | Path) -> dict[str, Any]:
+    """What `exportgate inspect` shows for an ONNX file."""
+    path = Path(path)
+    model = load_structure(path)
+    initializer_names = {t.name for t in model.graph.initializer}
+    ops = Counter(
+        f"{node.domain}.{node.op_type}" if node.domain not in DEFAULT_DOMAINS else node.op_type
+        for node in iter_nodes(model.graph)
+    )
+    return {
+        "path": str(path),
+        "format": "onnx",
+        "ir_version": model.ir_version,
+        "producer": f"{model.producer_name} {model.producer_version}".strip(),
+        "opset": default_opset(model),
+        "opset_imports": {(e.domain or "ai.onnx"): e.version for e in model.opset_import},
+        "op_counts": dict(sorted(ops.items(), key=lambda kv: (-kv[1], kv[0]))),
+        "inputs": [
+            {"name": i.name, "shape": _shape(i), "dtype": _dtype(i)}
+            for i in model.graph.input
+            if i.name not in initializer_names
+        ],
+        "outputs": [{"name": o.name, "shape": _shape(o), "dtype": _dtype(o)} for o in model.graph.output],
+        "external_data": external_data_files(model),
+    }

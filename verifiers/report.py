@@ -1,0 +1,186 @@
+"""The report: findings, per-output results, the verdict and its exit code, JSON and a human summary.
+
+The exit code is derived from the findings here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+# Finding kind -> exit code. Listed from most to least severe: when several kinds are found,
+# the first one listed decides the exit code.
+EXIT_CODES: dict[str, int] = {
+    "input": 2,
+    "opset": 4,
+    "target": 4,
+    "gelu": 3,
+    "numeric": 1,
+}
+
+# Distributions whose versions a report records (read from metadata; nothing is imported).
+REPORTED_PACKAGES = (
+    "exportgate",
+    "numpy",
+    "onnx",
+    "onnxruntime",
+    "onnxscript",
+    "torch",
+    "tensorflow",
+    "tensorflow-cpu",
+    "keras",
+    "tf2onnx",
+    "ai-edge-litert",
+    "litert-torch",
+)
+
+
+@dataclass
+class Finding:
+    kind: str
+    message: str
+    output: str | None = None
+    site: str | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.kind not in EXIT_CODES:
+            raise ValueError(f"unknown finding kind {self.kind!r}")
+
+
+@dataclass
+class OutputResult:
+    name: str
+    shape: list[int]
+    max_abs_err: float | None
+    max_rel_err: float | None
+    frac_out_of_tol: float | None
+    atol: float
+    rtol: float
+    passed: bool
+    artifact_name: str | None = None
+    artifact_shape: list[int] | None = None
+    nonfinite: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class ArtifactInfo:
+    path: str
+    format: str
+    sha256: str
+    size_bytes: int
+    data_files: list[dict[str, Any]] = field(default_factory=list)
+
+
+def library_versions() -> dict[str, str]:
+    versions = {}
+    for name in REPORTED_PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+@dataclass
+class Report:
+    command: str
+    model: str | None = None
+    artifact: ArtifactInfo | None = None
+    format: str | None = None
+    requested_opset: int | None = None
+    actual_opset: int | None = None
+    exporter: str | None = None
+    verified: bool = True
+    outputs: list[OutputResult] = field(default_factory=list)
+    failures: list[Finding] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    seed: int | None = None
+    batches: int | None = None  # random batches
+    example_batch: bool = False  # whether the source's example inputs ran too
+    rejected_artifact: str | None = None
+    versions: dict[str, str] = field(default_factory=library_versions)
+
+    def fail(self, kind: str, message: str, **details: Any) -> Finding:
+        finding = Finding(kind=kind, message=message, **details)
+        self.failures.append(finding)
+        return finding
+
+    @property
+    def exit_code(self) -> int:
+        for kind, code in EXIT_CODES.items():
+            if any(f.kind == kind for f in self.failures):
+                return code
+        return 0
+
+    @property
+    def verdict(self) -> str:
+        return "pass" if self.exit_code == 0 else "fail"
+
+    def to_dict(self) -> dict[str, Any]:
+        body = asdict(self)
+        return {"verdict": self.verdict, "exit_code": self.exit_code, **body}
+
+    def write_json(self, path: str | os.PathLike) -> None:
+        """Write the report atomically (a reader never sees half a report)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w") as fh:
+                json.dump(self.to_dict(), fh, indent=2, default=_json_default)
+                fh.write("\n")
+            os.chmod(tmp, 0o666 & ~_umask())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    def summary_lines(self) -> list[str]:
+        """A short human summary: the verdict first, then one line per failure."""
+        what = self.artifact.path if self.artifact else (self.model or "")
+        detail = []
+        if self.format:
+            detail.append(self.format)
+        if self.actual_opset is not None:
+            detail.append(f"opset {self.actual_opset}")
+        if self.exporter:
+            detail.append(self.exporter)
+        head = f"{self.verdict.upper()} {what}"
+        if detail:
+            head += f" ({', '.join(detail)})"
+        lines = [head]
+        if not self.verified:
+            lines.append("  not verified (--no-verify)")
+        passed = [o for o in self.outputs if o.passed]
+        if passed and not self.failures:
+            worst = max((o.max_abs_err or 0.0) for o in passed)
+            lines.append(
+                f"  {len(passed)} output(s) within tolerance, max abs err {worst:.3g}"
+                f" over {(self.batches or 0) + self.example_batch} input batch(es)"
+            )
+        for finding in self.failures:
+            lines.append(f"  [{finding.kind}] {finding.message}")
+        if self.rejected_artifact:
+            lines.append(f"  rejected artifact kept at {self.rejected_artifact}")
+        return lines
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "item"):
+        return value.item()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"cannot serialise {type(value).__name__}")

@@ -1,0 +1,60 @@
+"""Runtimes that load an artifact and run it on CPU, one runner per artifact format, found through a registry.
+
+Every runner has the same interface: `Runner(path)` loads (and validates) the artifact, `inputs` and
+`outputs` describe its tensors, `run(feed)` maps input names to arrays and returns the outputs in order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from exporter.errors import ExportgateError
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    shape: list[int | str | None]
+    dtype: str
+
+
+class InvalidArtifact(ExportgateError):
+    """The artifact fails validation or will not load. Exit 2 for a file given to verify; for an
+    export, the exporter wrote something broken and the route reports it."""
+
+    kind = "input"
+
+
+class Runner:
+    format: str
+    runtime: str  # distribution name, for the report
+
+    def __init__(self, path: Path):
+        raise NotImplementedError
+
+    inputs: list[TensorInfo]
+    outputs: list[TensorInfo]
+
+    def run(self, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
+        raise NotImplementedError
+
+
+RUNNERS: dict[str, type[Runner]] = {}
+
+
+def register(cls: type[Runner]) -> type[Runner]:
+    RUNNERS[cls.format] = cls
+    return cls
+
+
+def runner_for(fmt: str) -> type[Runner]:
+    try:
+        return RUNNERS[fmt]
+    except KeyError:
+        raise ExportgateError(f"no runtime here runs {fmt} artifacts", kind="target") from None
+
+
+from verifiers.runtimes import onnxruntime_runner  # noqa: E402,F401  (registration)
