@@ -139,8 +139,8 @@ def _compare_one(name, art_name, refs, arts, tolerances):
         ref64 = ref.astype(np.float64)
         art64 = art.astype(np.float64)
         finite = np.isfinite(ref64) & np.isfinite(art64)
-        diff = np.abs(art64 - ref64)[finite]
-        mag = np.abs(ref64)[finite]
+        diff = np.abs(art64[finite] - ref64[finite])
+        mag = np.abs(ref64[finite])
         total += ref.size
         out_count += int(np.count_nonzero(diff > tol.atol + tol.rtol * mag))
         if diff.size:

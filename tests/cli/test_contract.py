@@ -1,0 +1,161 @@
+"""The CLI contract: exit codes, one-line errors, files on disk, report fields."""
+
+import json
+
+import onnx
+import pytest
+from conftest import torch_model
+
+
+def _error_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("exportgate: error") or "Traceback" in line]
+
+
+def test_export_pass_writes_artifact_and_report(cli, tmp_path):
+    result = cli("export", torch_model("mlp_exact"), "--to", "onnx", "--opset", "17",
+                 "--out", "dist/m.onnx", "--report", "dist/m.json")
+    assert result.returncode == 0, result.stderr
+    assert "PASS dist/m.onnx" in result.stderr
+    report = json.loads((tmp_path / "dist/m.json").read_text())
+    assert report["verdict"] == "pass" and report["exit_code"] == 0
+    assert report["requested_opset"] == report["actual_opset"] == 17
+    assert report["artifact"]["format"] == "onnx" and len(report["artifact"]["sha256"]) == 64
+    output = report["outputs"][0]
+    assert set(output) >= {"name", "shape", "max_abs_err", "max_rel_err", "atol", "rtol", "passed"}
+    assert output["atol"] == 1e-4 and output["rtol"] == 1e-3
+    assert set(report["timings"]) >= {"load_source", "reference", "export", "load_artifact", "run_artifact"}
+    assert report["versions"]["onnxruntime"] and report["seed"] == 0
+
+
+def test_artifact_that_differs_is_exit_1_and_nothing_at_out(cli, tmp_path):
+    # Tracing bakes in one branch; random batches take the other one.
+    result = cli("export", torch_model("sign_branch"), "--to", "onnx", "--opset", "17",
+                 "--out", "dist/m.onnx", "--report", "reports/m.json")
+    assert result.returncode == 1, result.stderr
+    assert not (tmp_path / "dist/m.onnx").exists()
+    assert list((tmp_path / "dist").iterdir()) == []
+    rejected = tmp_path / "reports/m.onnx.rejected"
+    onnx.checker.check_model(str(rejected))
+    report = json.loads((tmp_path / "reports/m.json").read_text())
+    assert report["verdict"] == "fail" and report["rejected_artifact"] == str(rejected.relative_to(tmp_path))
+    assert [f["kind"] for f in report["failures"]] == ["numeric"]
+
+
+def test_rejected_artifact_keeps_its_external_data(cli, tmp_path):
+    result = cli("export", torch_model("block_exact"), "--to", "onnx", "--opset", "18", "--out", "dist/b.onnx",
+                 "--atol", "0", "--rtol", "0")
+    assert result.returncode == 1
+    rejected = tmp_path / "dist/b.onnx.rejected"
+    assert (tmp_path / "dist/b.onnx.rejected.data").exists()
+    assert not (tmp_path / "dist/b.onnx").exists() and not (tmp_path / "dist/b.onnx.data").exists()
+    onnx.checker.check_model(str(rejected), full_check=True)
+
+
+def test_stale_artifact_at_out_is_removed_on_failure(cli, tmp_path):
+    (tmp_path / "m.onnx").write_bytes(b"an older release")
+    result = cli("export", torch_model("sign_branch"), "--to", "onnx", "--opset", "17", "--out", "m.onnx")
+    assert result.returncode == 1
+    assert not (tmp_path / "m.onnx").exists()
+
+
+def test_verify_against_other_weights_is_exit_1(cli, tmp_path):
+    assert cli("export", torch_model("mlp_exact"), "--to", "onnx", "--opset", "18", "--out", "m.onnx").returncode == 0
+    result = cli("verify", "m.onnx", "--source", torch_model("mlp_exact_other_weights"), "--report", "v.json")
+    assert result.returncode == 1
+    report = json.loads((tmp_path / "v.json").read_text())
+    assert report["failures"][0]["kind"] == "numeric"
+    assert report["outputs"][0]["max_abs_err"] > 0.01 and not report["outputs"][0]["passed"]
+
+
+def test_verify_source_without_inputs_uses_the_artifacts(cli, tmp_path):
+    assert cli("export", torch_model("mlp_exact"), "--to", "onnx", "--opset", "17", "--out", "m.onnx").returncode == 0
+    result = cli("verify", "m.onnx", "--source", torch_model("mlp_without_inputs"))
+    assert result.returncode == 0, result.stderr
+
+
+def test_opset_the_exporter_cannot_honour_is_exit_4(cli):
+    result = cli("export", torch_model("block_exact"), "--to", "onnx", "--opset", "13", "--exporter", "dynamo",
+                 "--out", "m.onnx")
+    assert result.returncode == 4
+    assert "[opset] asked for opset 13" in result.stderr
+
+
+def test_corrupt_onnx_is_exit_2_in_one_line(cli, tmp_path):
+    assert cli("export", torch_model("mlp_exact"), "--to", "onnx", "--opset", "17", "--out", "m.onnx").returncode == 0
+    (tmp_path / "bad.onnx").write_bytes((tmp_path / "m.onnx").read_bytes()[:200])
+    for args in (("verify", "bad.onnx", "--source", torch_model("mlp_exact")), ("inspect", "bad.onnx")):
+        result = cli(*args)
+        assert result.returncode == 2, result.stderr
+        assert "Traceback" not in result.stderr
+        assert "bad.onnx: not a readable ONNX model" in result.stderr
+
+
+@pytest.mark.parametrize("spec, message", [
+    (f"{torch_model('missing_builder')}", "no callable named 'missing_builder'"),
+    ("nowhere.py:build", "nowhere.py: no such file"),
+    ("model.bin", "model.bin: no such file"),
+])
+def test_bad_model_spec_is_exit_2_in_one_line(cli, spec, message):
+    result = cli("export", spec, "--to", "onnx", "--opset", "17", "--out", "m.onnx")
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    failure_lines = [line for line in result.stderr.splitlines() if line.startswith("  [")]
+    assert len(failure_lines) == 1 and message in failure_lines[0]
+
+
+def test_bad_input_spec_is_exit_2(cli):
+    result = cli("export", torch_model("mlp_exact"), "--to", "onnx", "--out", "m.onnx", "--input", "x:4by16:float32")
+    assert result.returncode == 2
+    assert "expected NAME:SHAPE:DTYPE" in result.stderr
+
+
+def test_missing_framework_names_the_pip_command(cli):
+    result = cli("export", torch_model("mlp_exact"), "--to", "onnx", "--out", "m.onnx",
+                 prelude="import sys; sys.modules['torch'] = None")
+    assert result.returncode == 2
+    assert "pip install 'exportgate[torch]'" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_usage_error_is_exit_2(cli):
+    assert cli("export").returncode == 2
+    assert cli("frobnicate").returncode == 2
+
+
+def test_no_verify_says_so(cli, tmp_path):
+    result = cli("export", torch_model("sign_branch"), "--to", "onnx", "--opset", "17", "--out", "m.onnx",
+                 "--no-verify", "--report", "r.json")
+    assert result.returncode == 0
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["verified"] is False and report["outputs"] == []
+    assert "not verified" in result.stderr
+
+
+def test_per_output_tolerance(cli, tmp_path):
+    result = cli("export", torch_model("keyword_inputs"), "--to", "onnx", "--opset", "17", "--out", "m.onnx",
+                 "--atol", "logits=0", "--rtol", "logits=0", "--report", "r.json")
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["outputs"][0]["atol"] == 0 and report["outputs"][0]["rtol"] == 0
+    assert result.returncode in (0, 1)  # exact equality may or may not hold; the tolerance is what is tested
+    unknown = cli("export", torch_model("keyword_inputs"), "--to", "onnx", "--opset", "17", "--out", "m.onnx",
+                  "--atol", "nosuch=1e-3")
+    assert unknown.returncode == 2 and "unknown output(s) nosuch" in unknown.stderr
+
+
+def test_inspect_does_not_import_torch_or_tensorflow(cli, tmp_path):
+    assert cli("export", torch_model("block_exact"), "--to", "onnx", "--opset", "20", "--out", "m.onnx").returncode == 0
+    probe = "import atexit, sys; atexit.register(lambda: print(sorted(m for m in ('torch', 'tensorflow', 'keras') if m in sys.modules), file=sys.stderr))"
+    text = cli("inspect", "m.onnx", prelude=probe)
+    assert text.returncode == 0
+    assert "Gelu: 1" in text.stdout and "external data: m.onnx.data" in text.stdout
+    assert text.stderr.strip().endswith("[]")
+    as_json = cli("inspect", "m.onnx", "--json")
+    info = json.loads(as_json.stdout)
+    assert info["opset"] == 20 and info["inputs"][0]["shape"] == [2, 8, 32] and info["op_counts"]["Gelu"] == 1
+
+
+def test_help_does_not_import_torch_or_tensorflow(cli):
+    probe = "import atexit, sys; atexit.register(lambda: print(sorted(m for m in ('torch', 'tensorflow', 'keras') if m in sys.modules), file=sys.stderr))"
+    result = cli("--help", prelude=probe)
+    assert result.returncode == 0 and "export" in result.stdout
+    assert result.stderr.strip().endswith("[]")

@@ -1,0 +1,59 @@
+"""Keras 3 -> ONNX through tf2onnx: every GELU spelling, Sequential and functional, opsets 13-20."""
+
+import onnx
+import pytest
+from conftest import keras_model
+
+from exporter import api
+from verifiers.onnx_model import iter_nodes
+
+SPELLINGS = ["activation", "approximate", "ops"]
+
+
+@pytest.mark.parametrize("opset", [13, 17, 18, 20])
+@pytest.mark.parametrize("kind", ["sequential", "functional"])
+@pytest.mark.parametrize("spelling", SPELLINGS)
+def test_export_and_verify(tmp_path, kind, spelling, opset):
+    out = tmp_path / "m.onnx"
+    report = api.export(keras_model(f"{kind}_{spelling}"), to="onnx", opset=opset, out=out)
+
+    assert report.exit_code == 0, report.summary_lines()
+    assert report.actual_opset == opset
+    assert report.outputs[0].max_abs_err < 1e-5
+    ops = {n.op_type for n in iter_nodes(onnx.load(str(out)).graph)}
+    assert "Erfc" not in ops
+    if spelling == "activation":  # exact GELU survives as Erf (Erfc lowered to 1 - Erf)
+        assert "Erf" in ops
+    else:
+        assert "Tanh" in ops
+    if opset > 18:
+        assert any("version_converter" in note for note in report.notes)
+
+
+def test_functional_outputs_match_by_name(tmp_path):
+    report = api.export(keras_model("functional_activation"), to="onnx", opset=17, out=tmp_path / "m.onnx")
+    assert report.outputs[0].name == "logits" and report.outputs[0].artifact_name == "logits"
+
+
+def test_unbuilt_sequential_takes_its_inputs_from_the_example(tmp_path):
+    report = api.export(keras_model("sequential_unbuilt"), to="onnx", opset=17, out=tmp_path / "m.onnx")
+    assert report.exit_code == 0, report.summary_lines()
+    assert report.example_batch
+
+
+def test_keras_file_loads_with_safe_mode(tmp_path):
+    import keras
+
+    import fixtures.models.keras_models as models
+
+    path = tmp_path / "m.keras"
+    models.functional_activation().save(path)
+    report = api.export(str(path), to="onnx", opset=18, out=tmp_path / "m.onnx")
+    assert report.exit_code == 0, report.summary_lines()
+    assert keras.saving.load_model(path, safe_mode=True)
+
+
+def test_opset_below_tf2onnx_range_is_exit_4(tmp_path):
+    report = api.export(keras_model("functional_activation"), to="onnx", opset=6, out=tmp_path / "m.onnx")
+    assert report.exit_code == 4
+    assert report.failures[0].kind == "opset"

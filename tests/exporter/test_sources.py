@@ -1,0 +1,62 @@
+"""Model specs, input specs and verification batches."""
+
+import numpy as np
+import pytest
+from conftest import torch_model
+
+from exporter.errors import BadInput
+from exporter.sources import InputSpec, load_source, make_batches, parse_dynamic_axis, parse_input_spec
+
+
+def test_parse_input_spec():
+    assert parse_input_spec("input_ids:2x16:int64:0..1000") == InputSpec("input_ids", (2, 16), "int64", 0, 1000)
+    assert parse_input_spec("x:1x3x8x8:float32") == InputSpec("x", (1, 3, 8, 8), "float32")
+    for bad in ("x", "x:2x3", "x:2x3:float99", "x:0x3:float32", "x:2:int64:5..1"):
+        with pytest.raises(BadInput):
+            parse_input_spec(bad)
+
+
+def test_parse_dynamic_axis():
+    assert parse_dynamic_axis("input_ids:1").axis == 1
+    with pytest.raises(BadInput, match="NAME:AXIS"):
+        parse_dynamic_axis("input_ids")
+
+
+def test_batches_reach_the_gelu_range_and_integers_stay_in_range():
+    source = load_source(torch_model("keyword_inputs"), [parse_input_spec("input_ids:2x5:int64:0..100")])
+    batches = make_batches(source, seed=0, count=3)
+    assert len(batches) == 4  # the example, then three random batches
+    ids = np.concatenate([b["input_ids"].ravel() for b in batches[1:]])
+    assert ids.min() >= 0 and ids.max() < 100
+    scale = np.concatenate([b["scale"].ravel() for b in batches[1:]])
+    assert np.abs(scale).max() >= 3
+    again = make_batches(source, seed=0, count=3)
+    assert all(np.array_equal(a["scale"], b["scale"]) for a, b in zip(batches, again))
+
+
+def test_torch_model_without_inputs_asks_for_them():
+    with pytest.raises(BadInput, match="--input NAME:SHAPE:DTYPE"):
+        load_source(torch_model("mlp_without_inputs"))
+    source = load_source(torch_model("mlp_without_inputs"), [parse_input_spec("x:3x16:float32")])
+    assert source.input_names == ["x"] and source.example is None
+
+
+def test_exported_program_file(tmp_path):
+    import torch
+
+    import fixtures.models.torch_models as models
+
+    model, example = models.mlp_exact()
+    path = tmp_path / "mlp.pt2"
+    torch.export.save(torch.export.export(model, example), path)
+    source = load_source(str(path))
+    assert source.framework.name == "torch" and source.inputs[0].shape == (4, 16)
+    names, _, outputs = source.run({source.input_names[0]: example[0].numpy()})
+    np.testing.assert_allclose(outputs[0], model(*example).detach().numpy(), atol=1e-6)
+
+
+def test_builder_returning_something_else(tmp_path):
+    path = tmp_path / "odd.py"
+    path.write_text("def build():\n    return 42\n")
+    with pytest.raises(BadInput, match="expected a torch.nn.Module or a keras.Model"):
+        load_source(f"{path}:build")

@@ -1,0 +1,64 @@
+"""Tolerances, output matching and error statistics."""
+
+import numpy as np
+import pytest
+
+from exporter.errors import BadInput
+from verifiers.compare import Tolerances, compare_outputs, match_outputs
+
+
+def _compare(ref, art, tolerances=None, name="y"):
+    return compare_outputs([name], [name], [(0, 0)], [[ref]], [[art]], tolerances or Tolerances())
+
+
+def test_defaults_by_dtype_and_overrides():
+    t = Tolerances.parse(["logits=1e-5"], ["2e-3"])
+    assert (t.for_output("logits", np.float32).atol, t.for_output("logits", np.float32).rtol) == (1e-5, 2e-3)
+    assert (t.for_output("other", np.float32).atol, t.for_output("other", np.float32).rtol) == (1e-4, 2e-3)
+    assert Tolerances().for_output("ids", np.int64).atol == 0
+    with pytest.raises(BadInput, match="--atol 'x=abc'"):
+        Tolerances.parse(["x=abc"], [])
+    with pytest.raises(BadInput, match="non-negative"):
+        Tolerances.parse(["-1"], [])
+
+
+def test_statistics_and_fraction_out_of_tolerance():
+    ref = np.array([1.0, 2.0, 0.0, -4.0], dtype=np.float32)
+    art = ref + np.array([0, 0.5, 1e-6, 0], dtype=np.float32)
+    [result], [finding] = _compare(ref, art)
+    assert result.max_abs_err == pytest.approx(0.5)
+    assert result.max_rel_err == pytest.approx(0.25)  # the near-zero reference element is ignored
+    assert result.frac_out_of_tol == 0.25 and not result.passed
+    assert finding.kind == "numeric" and "max abs err 0.5" in finding.message
+
+
+def test_within_tolerance_passes():
+    ref = np.linspace(-3, 3, 50, dtype=np.float32)
+    [result], findings = _compare(ref, ref + 5e-5)
+    assert result.passed and not findings
+
+
+def test_shape_mismatch_names_both_shapes():
+    [result], [finding] = _compare(np.zeros((2, 3), np.float32), np.zeros((3, 2), np.float32))
+    assert not result.passed
+    assert "source [2, 3] vs artifact y [3, 2]" in finding.message
+
+
+def test_nan_is_reported_as_nan_not_as_a_tolerance_miss():
+    ref = np.ones(4, np.float32)
+    art = ref.copy()
+    art[1] = np.nan
+    [result], [finding] = _compare(ref, art)
+    assert result.nonfinite == {"NaN in artifact": 1}
+    assert "non-finite values (1 NaN in artifact)" in finding.message
+    both = ref.copy()
+    both[2] = np.inf
+    [same], findings = _compare(both, both.copy())
+    assert same.passed and not findings  # the same Inf on both sides is agreement
+
+
+def test_matching_by_name_then_by_order():
+    assert match_outputs(["a", "b"], True, ["b", "a"]) == [(0, 1), (1, 0)]
+    assert match_outputs(["output"], False, ["y"]) == [(0, 0)]
+    with pytest.raises(BadInput, match="cannot be matched"):
+        match_outputs(["a", "b"], False, ["y"])
