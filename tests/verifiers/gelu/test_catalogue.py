@@ -1,0 +1,134 @@
+"""The flavour catalogue: references, probe placement, thresholds and classification."""
+
+import math
+
+import numpy as np
+import pytest
+
+from verifiers.gelu.catalogue import (
+    EXACT,
+    FLAVOURS,
+    FLOAT16_TOLERANCE,
+    FLOAT32_TOLERANCE,
+    IDENTITY,
+    PROBES,
+    QUICK,
+    RELU,
+    SQRT_2_OVER_PI,
+    TANH,
+    TANH_CUBIC_COEFF,
+    UNKNOWN,
+    classify,
+    exact,
+    quick,
+    residuals,
+    tanh,
+)
+
+
+def tanh_with(cubic: float, x: np.ndarray) -> np.ndarray:
+    return 0.5 * x * (1 + np.tanh(SQRT_2_OVER_PI * (x + cubic * x**3)))
+
+
+def float32_exact(x: np.ndarray) -> np.ndarray:
+    """0.5*x*(1+erf(x/sqrt2)) with every step rounded to float32 (1+erf cancels in the tail)."""
+    x = x.astype(np.float32)
+    erf = np.array([math.erf(v) for v in x / np.float32(math.sqrt(2))], dtype=np.float32)
+    return np.float32(0.5) * x * (np.float32(1) + erf)
+
+
+def test_catalogue_names_every_flavour_and_only_unknown_lacks_a_reference():
+    assert set(FLAVOURS) == {EXACT, TANH, QUICK, RELU, IDENTITY, UNKNOWN}
+    assert [name for name, f in FLAVOURS.items() if f.reference is None] == [UNKNOWN]
+    assert all(f.description for f in FLAVOURS.values())
+
+
+@pytest.mark.parametrize(
+    ("flavour", "x", "expected"),
+    [(EXACT, 1.0, 0.8413447461), (TANH, 1.0, 0.8411919906), (QUICK, 1.0, 0.8457957659),
+     (EXACT, -3.0, -4.0497e-3), (TANH, -3.0, -3.6374e-3), (EXACT, -5.0, -1.4333e-6), (TANH, -5.0, -2.2918e-7)],
+)
+def test_references_reproduce_the_published_values(flavour, x, expected):
+    assert FLAVOURS[flavour].reference(np.array([x]))[0] == pytest.approx(expected, rel=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("curve", "nearest", "distance"),
+    [(tanh, EXACT, 4.73e-4), (quick, EXACT, 2.03e-2), (exact, RELU, 0.170),
+     (lambda x: tanh_with(0.0447, x), TANH, 8.7e-6)],
+)
+def test_probes_sit_where_the_flavours_differ_most(curve, nearest, distance):
+    """The probe set sees the full distance measured on a dense [-10, 10] grid."""
+    assert residuals(PROBES, curve(PROBES))[nearest] == pytest.approx(distance, rel=0.02)
+
+
+@pytest.mark.parametrize("flavour", [EXACT, TANH, QUICK, RELU, IDENTITY])
+def test_each_reference_classifies_as_itself(flavour):
+    result = classify(PROBES, FLAVOURS[flavour].reference(PROBES))
+    assert (result.flavour, result.confident) == (flavour, True)
+    assert result.residuals[flavour] == 0.0
+
+
+@pytest.mark.parametrize("flavour", [TANH, QUICK])
+def test_float32_evaluation_still_classifies_as_the_flavour(flavour):
+    x = PROBES.astype(np.float32)
+    y = FLAVOURS[flavour].reference(x).astype(np.float32)
+    assert classify(x, y).flavour == flavour
+
+
+def test_float32_exact_with_erf_cancellation_error_still_classifies_as_exact():
+    x = PROBES.astype(np.float32)
+    assert classify(x, float32_exact(x)).flavour == EXACT
+    # The documented worst float32 error (6.8e-7) on every probe, with either sign.
+    wobble = 7e-7 * np.where(np.arange(PROBES.size) % 2, 1.0, -1.0)
+    assert classify(PROBES, exact(PROBES) + wobble).flavour == EXACT
+
+
+def test_tolerance_sits_between_float32_noise_and_the_0_0447_typo():
+    assert 7e-7 * 4 < FLOAT32_TOLERANCE < 8.7e-6 / 2
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_tanh_with_0_0447_typo_is_unknown_not_tanh(dtype):
+    x = PROBES.astype(dtype)
+    result = classify(x, tanh_with(0.0447, x.astype(np.float64)).astype(dtype))
+    assert (result.flavour, result.confident) == (UNKNOWN, True)
+    assert 8e-6 < result.residuals[TANH] < 9.5e-6
+    assert "tanh" in result.note
+
+
+def test_quick_with_1_7_is_unknown():
+    result = classify(PROBES, PROBES / (1 + np.exp(-1.7 * PROBES)))
+    assert (result.flavour, result.confident) == (UNKNOWN, True)
+
+
+def test_silu_is_not_gelu_shaped():
+    result = classify(PROBES, PROBES / (1 + np.exp(-PROBES)))
+    assert (result.flavour, result.confident) == (UNKNOWN, False)
+    assert "not GELU-shaped" in result.note
+
+
+def test_float16_cannot_separate_exact_from_tanh_but_can_see_quick():
+    x = PROBES.astype(np.float16)
+    ambiguous = classify(x, exact(x).astype(np.float16), FLOAT16_TOLERANCE)
+    assert ambiguous.flavour in (EXACT, TANH) and not ambiguous.confident
+    resolved = classify(x, quick(x).astype(np.float16), FLOAT16_TOLERANCE)
+    assert (resolved.flavour, resolved.confident) == (QUICK, True)
+
+
+def test_nan_outputs_count_as_infinitely_far():
+    y = exact(PROBES)
+    y[3] = np.nan
+    result = classify(PROBES, y)
+    assert result.residuals[EXACT] == math.inf and result.flavour == UNKNOWN
+
+
+def test_output_count_must_match_probe_count():
+    with pytest.raises(ValueError, match="outputs for"):
+        classify(PROBES, exact(PROBES)[:-1])
+
+
+def test_formula_constants_are_exported():
+    assert SQRT_2_OVER_PI == pytest.approx(0.7978845608, abs=1e-10)
+    assert TANH_CUBIC_COEFF == 0.044715
+    assert FLAVOURS[QUICK].reference(np.array([1.0]))[0] == pytest.approx(1 / (1 + math.exp(-1.702)))

@@ -1,0 +1,115 @@
+"""Fingerprints: what each ONNX GELU site computes when run alone on the probes."""
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+from onnxruntime.transformers.float16 import convert_float_to_float16
+
+from verifiers.gelu import (
+    EXACT,
+    QUICK,
+    RELU,
+    TANH,
+    UNKNOWN,
+    find_gelu_sites,
+    find_relu_sites,
+    fingerprint_sites,
+)
+from verifiers.gelu.fingerprint import probe_model
+
+
+def measure(model):
+    return fingerprint_sites(model, find_gelu_sites(model))
+
+
+@pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
+@pytest.mark.parametrize("opset", [17, 20])
+@pytest.mark.parametrize(
+    ("kind", "flavour"),
+    [("nn_gelu_none", EXACT), ("nn_gelu_tanh", TANH), ("f_gelu", EXACT), ("gelu_new", TANH), ("quick_gelu", QUICK)],
+)
+def test_measures_the_flavour_of_real_torch_exports(torch_onnx, kind, flavour, opset, dynamo):
+    [fp] = measure(torch_onnx(kind, opset, dynamo))
+    assert (fp.measured, fp.classification.confident, fp.dtype) == (flavour, True, "float32")
+    assert fp.classification.residuals[flavour] < 1e-6
+
+
+def test_measures_the_site_inside_a_model_not_the_model(torch_onnx):
+    [fp] = measure(torch_onnx("nn_gelu_tanh", 17, dynamo=True, mlp=True))
+    assert fp.measured == TANH
+
+
+def test_optimizer_biasgelu_from_tanh_gelu_measures_exact(optimized):
+    """Gelu(approximate='tanh') + bias -> BiasGelu: the kernel computes exact GELU."""
+    [fp] = measure(optimized("nn_gelu_tanh", 20, 0, False))
+    assert fp.site.op == "com.microsoft.BiasGelu"
+    assert (fp.measured, fp.classification.confident) == (EXACT, True)
+
+
+def test_optimizer_gelu_approximation_measures_tanh(optimized):
+    [fp] = measure(optimized("nn_gelu_none", 17, 0, True))
+    assert fp.site.op == "com.microsoft.FastGelu"
+    assert (fp.measured, fp.classification.confident) == (TANH, True)
+
+
+def test_bias_is_zeroed_so_the_activation_alone_is_measured(handmade):
+    [fp] = measure(handmade.microsoft_op("FastGelu", bias=np.full(8, 0.5)))
+    assert fp.measured == TANH
+
+
+def test_tanh_with_0_0447_typo_measures_unknown(handmade):
+    [fp] = measure(handmade.tanh_chain(0.0447))
+    assert (fp.measured, fp.classification.confident) == (UNKNOWN, True)
+    assert 8e-6 < fp.classification.residuals[TANH] < 9.5e-6
+
+
+@pytest.mark.parametrize(("op_type", "flavour"), [("Gelu", EXACT), ("FastGelu", TANH), ("QuickGelu", QUICK)])
+def test_microsoft_kernels_measure_their_flavour(handmade, op_type, flavour):
+    [fp] = measure(handmade.microsoft_op(op_type))
+    assert fp.measured == flavour
+
+
+def test_tf2onnx_erfc_form_measures_exact(handmade):
+    [fp] = measure(handmade.erfc_chain(negate_with_node=True))
+    assert fp.measured == EXACT
+
+
+def test_chained_sites_are_each_probed_from_their_own_input():
+    graph = helper.make_graph(
+        [helper.make_node("Gelu", ["x"], ["h"], name="first", approximate="tanh"),
+         helper.make_node("Gelu", ["h"], ["y"], name="second")],
+        "two", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    assert [fp.measured for fp in measure(model)] == [TANH, EXACT]
+
+
+def test_relu_site_measures_relu(torch_onnx):
+    model = torch_onnx("relu", 17, mlp=True)
+    [fp] = fingerprint_sites(model, find_relu_sites(model))
+    assert fp.measured == RELU
+
+
+@pytest.mark.parametrize("kind", ["nn_gelu_none", "gelu_new"])
+def test_float16_sites_cannot_separate_exact_from_tanh(torch_onnx, kind):
+    model = convert_float_to_float16(torch_onnx(kind, 17), keep_io_types=False)
+    [fp] = measure(model)
+    assert fp.dtype == "float16"
+    assert fp.measured in (EXACT, TANH) and not fp.classification.confident
+
+
+def test_float16_quick_is_still_resolved(torch_onnx):
+    model = convert_float_to_float16(torch_onnx("quick_gelu", 17), keep_io_types=False)
+    [fp] = measure(model)
+    assert (fp.dtype, fp.measured, fp.classification.confident) == ("float16", QUICK, True)
+
+
+def test_probe_model_is_the_site_alone_on_a_column_of_probes(torch_onnx):
+    model = torch_onnx("nn_gelu_none", 17, mlp=True)
+    [site] = find_gelu_sites(model)
+    probe = probe_model(model, site, TensorProto.FLOAT)
+    assert [n.name for n in probe.graph.node] == list(site.nodes)
+    assert [i.name for i in probe.graph.input] == [site.input]
+    assert [d.dim_value for d in probe.graph.input[0].type.tensor_type.shape.dim] == [0, 1]
+    assert all(np.asarray(i.dims).prod() <= 1 for i in probe.graph.initializer)

@@ -1,0 +1,145 @@
+"""Measure what each ONNX GELU site computes by running it alone on the catalogue's probes.
+
+Each site's nodes, with the scalar constants they read, become a small model from the site's
+input to its output, run in onnxruntime (CPU) with graph optimizations disabled so the probe
+measures the nodes as written. (With default optimizations onnxruntime fuses erf chains into
+com.microsoft Gelu, which computes the same exact GELU.) Side inputs that are not scalar
+constants, i.e. the bias of FastGelu/BiasGelu, are fed as zeros so the probe measures the
+activation alone. float16 sites are probed in float16, where outputs cannot separate exact
+from tanh: those classifications come back not confident and the verdict rests on structure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import helper, numpy_helper
+from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
+
+from .catalogue import (
+    FLOAT16_TOLERANCE,
+    FLOAT32_TOLERANCE,
+    PROBES,
+    UNKNOWN,
+    Classification,
+    Site,
+    classify,
+)
+from .onnx_sites import node_label, scalar_constants
+
+_ORT_ERRORS = (ort_state.Fail, ort_state.NotImplemented, ort_state.InvalidGraph,
+               ort_state.InvalidArgument, ort_state.RuntimeException)
+
+# Element types a site can be probed in, with the match tolerance for its outputs.
+_PROBE_TYPES = {
+    onnx.TensorProto.FLOAT: (np.float32, FLOAT32_TOLERANCE),
+    onnx.TensorProto.FLOAT16: (np.float16, FLOAT16_TOLERANCE),
+    onnx.TensorProto.DOUBLE: (np.float64, FLOAT32_TOLERANCE),
+}
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """What a site computes, measured: the probe dtype and the classification of its outputs."""
+
+    site: Site
+    dtype: str
+    classification: Classification
+
+    @property
+    def measured(self) -> str:
+        return self.classification.flavour
+
+
+def _opset_imports(model: onnx.ModelProto) -> list[onnx.OperatorSetIdProto]:
+    """The model's opset imports plus version 1 of any node domain it forgot to import.
+
+    onnxruntime.transformers' optimizer at opt_level=0 writes com.microsoft nodes without
+    importing com.microsoft.
+    """
+    imported = {o.domain for o in model.opset_import}
+    used = {n.domain for n in model.graph.node} - imported - {"ai.onnx"}
+    return [*model.opset_import, *(helper.make_opsetid(d, 1) for d in sorted(used))]
+
+
+def _elem_types(model: onnx.ModelProto, names: set[str]) -> dict[str, int]:
+    """Element types of the named tensors, from declared value infos, else shape inference."""
+
+    def declared(graph: onnx.GraphProto) -> dict[str, int]:
+        infos = [*graph.input, *graph.value_info, *graph.output]
+        return {vi.name: vi.type.tensor_type.elem_type for vi in infos if vi.name in names}
+
+    found = declared(model.graph)
+    if names - found.keys():
+        complete = onnx.ModelProto()
+        complete.CopyFrom(model)
+        complete.ClearField("opset_import")
+        complete.opset_import.extend(_opset_imports(model))
+        try:
+            found = declared(onnx.shape_inference.infer_shapes(complete).graph) | found
+        except onnx.shape_inference.InferenceError:
+            pass
+    return found
+
+
+def probe_model(model: onnx.ModelProto, site: Site, elem_type: int) -> onnx.ModelProto:
+    """The site's nodes as a model from site.input (shape [n, 1]) to site.output.
+
+    Scalar constants keep their values; any other side input (a bias) becomes zeros [1].
+    """
+    by_label = {node_label(n): n for n in reversed(model.graph.node)}
+    nodes = [by_label[label] for label in site.nodes]
+    constants = scalar_constants(model.graph)
+    produced = {out for n in nodes for out in n.output}
+    zeros_dtype = _PROBE_TYPES[elem_type][0]
+    initializers = {}
+    for name in (name for n in nodes for name in n.input):
+        if not name or name == site.input or name in produced or name in initializers:
+            continue
+        value = constants.get(name)
+        if value is None:
+            value = np.zeros([1], zeros_dtype)
+        initializers[name] = numpy_helper.from_array(value, name)
+    graph = helper.make_graph(
+        nodes, "gelu_probe",
+        [helper.make_tensor_value_info(site.input, elem_type, ["n", 1])],
+        [helper.make_tensor_value_info(site.output, elem_type, None)],
+        list(initializers.values()),
+    )
+    return helper.make_model(graph, opset_imports=_opset_imports(model), ir_version=model.ir_version)
+
+
+def _run(probe: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.intra_op_num_threads = 1
+    options.log_severity_level = 3
+    session = ort.InferenceSession(probe.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return session.run(None, {session.get_inputs()[0].name: x})[0]
+
+
+def fingerprint_site(model: onnx.ModelProto, site: Site, elem_type: int) -> Fingerprint:
+    """Probe one site whose input has the given ONNX element type."""
+    type_name = onnx.helper.tensor_dtype_to_np_dtype(elem_type).name if elem_type else "undefined"
+    if elem_type not in _PROBE_TYPES:
+        return Fingerprint(site, type_name, Classification(UNKNOWN, {}, False, f"cannot probe {type_name} sites"))
+    np_dtype, tolerance = _PROBE_TYPES[elem_type]
+    x = PROBES.astype(np_dtype).reshape(-1, 1)
+    try:
+        y = _run(probe_model(model, site, elem_type), x)
+    except _ORT_ERRORS as error:
+        first_line = str(error).splitlines()[0]
+        return Fingerprint(site, type_name, Classification(UNKNOWN, {}, False, f"probe did not run: {first_line}"))
+    return Fingerprint(site, type_name, classify(x, y, tolerance))
+
+
+def fingerprint_sites(model: onnx.ModelProto, sites: list[Site]) -> list[Fingerprint]:
+    """Probe every site (one small onnxruntime session each, about 1 ms).
+
+    A site whose input type is neither declared nor inferable is probed as float32.
+    """
+    types = _elem_types(model, {s.input for s in sites})
+    return [fingerprint_site(model, s, types.get(s.input, onnx.TensorProto.FLOAT)) for s in sites]
