@@ -1,0 +1,407 @@
+"""GELU rewrites on an onnx.ModelProto: swap one site's flavour, or lower Gelu-20 to primitives.
+
+Two rewrites, each on the top-level graph only, each returning a new model (the input is
+never mutated), both keeping the model valid (`onnx.checker.check_model(full_check=True)`):
+
+  replace_site(model, site, flavour)
+      matches  one GELU site as `verifiers.gelu.find_gelu_sites` reports it: its nodes, reading
+               `site.input` and writing `site.output` (a fused node's bias input included);
+      writes   a fresh implementation of `flavour` from site.input to site.output, where the
+               site's first node stood; the site's nodes go, and so do the Constant nodes and
+               scalar initializers that only they read.
+  decompose_gelu_ops(model)
+      matches  every Gelu node of the default domain (opset 20+);
+      writes   the erf chain for approximate='none', the tanh chain for 'tanh', in its place,
+               so `onnx.version_converter` can take the model below opset 20 (it has no
+               adapter that lowers Gelu-20).
+
+What each flavour is written as is a `Form` in `FORMS`, keyed (flavour, form):
+
+  exact/primitives  Div(x, sqrt2) -> Erf -> Add(., 1) -> Mul(x, .) -> Mul(., 0.5)
+                    (the TorchScript exporter's order)
+  exact/gelu_op     Gelu(x, approximate='none')                       opset >= 20
+  tanh/primitives   x3 = Mul(Mul(x, x), x); Mul(x3, 0.044715) -> Add(x, .) ->
+                    Mul(., sqrt(2/pi)) -> Tanh -> Add(., 1) -> Mul(x, .) -> Mul(., 0.5)
+                    (a x*x*x cube, no Pow: converters that fuse the tanh formula written
+                    with Pow, e.g. TFLite's, leave it alone)
+  tanh/gelu_op      Gelu(x, approximate='tanh')                       opset >= 20
+  quick/primitives  Mul(x, Sigmoid(Mul(x, 1.702)))
+  relu/primitives   Relu(x)
+  identity/primitives  Identity(x): the activation is gone
+
+Constants are scalar initializers in the element type of site.input (declared, else
+inferred, else float32). `constants=` overrides catalogue values by key (see `CONSTANTS`),
+which is how a fixture writes the tanh chain with the 0.0447 typo.
+
+New nodes and tensors are named "{site's first node}/{flavour}/{op}" (made unique against
+every existing name), so rewriting the same model twice gives the same graph.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+import onnx
+from onnx import helper
+
+from verifiers.gelu.catalogue import (
+    EXACT,
+    IDENTITY,
+    QUICK,
+    QUICK_ALPHA,
+    RELU,
+    SQRT_2_OVER_PI,
+    TANH,
+    TANH_CUBIC_COEFF,
+    Site,
+)
+
+DEFAULT_DOMAINS = ("", "ai.onnx")
+GELU_OP_MIN_OPSET = 20
+PRIMITIVES = "primitives"
+GELU_OP = "gelu_op"
+
+# Catalogue constants the primitive forms use, by the key `constants=` overrides them with.
+CONSTANTS: dict[str, float] = {
+    "half": 0.5,  # the 0.5 of 0.5*x*(1+...)
+    "one": 1.0,  # the 1 of 1+erf / 1+tanh
+    "sqrt2": math.sqrt(2.0),  # exact: erf(x / sqrt2)
+    "tanh_scale": SQRT_2_OVER_PI,  # tanh: sqrt(2/pi)
+    "cubic": TANH_CUBIC_COEFF,  # tanh: 0.044715 (the "0.0447 typo" overrides this)
+    "quick_alpha": QUICK_ALPHA,  # quick: x*sigmoid(1.702x)
+}
+
+
+class _Writer:
+    """Emits nodes and scalar initializers for one rewrite under a fixed, collision-free prefix."""
+
+    def __init__(self, prefix: str, elem_type: int, constants: Mapping[str, float], taken: set[str]):
+        self.prefix, self.elem_type, self.constants, self.taken = prefix, elem_type, constants, taken
+        self.nodes: list[onnx.NodeProto] = []
+        self.initializers: list[onnx.TensorProto] = []
+
+    def _fresh(self, stem: str) -> str:
+        name, k = f"{self.prefix}/{stem}", 0
+        while name in self.taken:
+            k += 1
+            name = f"{self.prefix}/{stem}_{k}"
+        self.taken.add(name)
+        return name
+
+    def const(self, key: str) -> str:
+        """A scalar initializer holding constants[key] in the site's element type."""
+        name = self._fresh(key)
+        self.initializers.append(helper.make_tensor(name, self.elem_type, [], [self.constants[key]]))
+        return name
+
+    def node(self, op_type: str, inputs: Iterable[str], output: str | None = None, **attrs) -> str:
+        """Append one default-domain node; returns its output (fresh unless given)."""
+        name = self._fresh(op_type)
+        output = output or self._fresh(f"{op_type}_output_0")
+        self.nodes.append(helper.make_node(op_type, list(inputs), [output], name=name, **attrs))
+        return output
+
+
+# ---- forms: how each flavour is written, x -> y ------------------------------------------
+
+
+def _exact_primitives(w: _Writer, x: str, y: str) -> None:
+    """0.5*x*(1+erf(x/sqrt2)) as Div / Erf / Add / Mul / Mul."""
+    erf = w.node("Erf", [w.node("Div", [x, w.const("sqrt2")])])
+    w.node("Mul", [w.node("Mul", [x, w.node("Add", [erf, w.const("one")])]), w.const("half")], y)
+
+
+def _tanh_primitives(w: _Writer, x: str, y: str) -> None:
+    """0.5*x*(1+tanh(sqrt(2/pi)*(x+0.044715*x*x*x))) with a Mul cube (no Pow)."""
+    cube = w.node("Mul", [w.node("Mul", [x, x]), x])
+    inner = w.node("Add", [x, w.node("Mul", [cube, w.const("cubic")])])
+    th = w.node("Tanh", [w.node("Mul", [inner, w.const("tanh_scale")])])
+    w.node("Mul", [w.node("Mul", [x, w.node("Add", [th, w.const("one")])]), w.const("half")], y)
+
+
+def _quick_primitives(w: _Writer, x: str, y: str) -> None:
+    """x*sigmoid(1.702x) as Mul / Sigmoid / Mul."""
+    w.node("Mul", [x, w.node("Sigmoid", [w.node("Mul", [x, w.const("quick_alpha")])])], y)
+
+
+def _gelu_op(approximate: str) -> Callable[[_Writer, str, str], None]:
+    def write(w: _Writer, x: str, y: str) -> None:
+        w.node("Gelu", [x], y, approximate=approximate)
+
+    write.__doc__ = f"One Gelu-20 node, approximate='{approximate}'."
+    return write
+
+
+def _relu(w: _Writer, x: str, y: str) -> None:
+    """Relu(x)."""
+    w.node("Relu", [x], y)
+
+
+def _identity(w: _Writer, x: str, y: str) -> None:
+    """Identity(x): the output is the input."""
+    w.node("Identity", [x], y)
+
+
+@dataclass(frozen=True)
+class Form:
+    """One way to write a flavour: what it writes and the lowest default opset it needs."""
+
+    flavour: str
+    form: str
+    writes: str
+    write: Callable[[_Writer, str, str], None]
+    min_opset: int = 13
+
+
+FORMS: dict[tuple[str, str], Form] = {
+    (f.flavour, f.form): f
+    for f in (
+        Form(EXACT, PRIMITIVES, "Div(x, sqrt2) / Erf / Add 1 / Mul x / Mul 0.5", _exact_primitives),
+        Form(EXACT, GELU_OP, "Gelu(approximate='none')", _gelu_op("none"), GELU_OP_MIN_OPSET),
+        Form(TANH, PRIMITIVES, "x*x*x / Mul 0.044715 / Add x / Mul sqrt(2/pi) / Tanh / Add 1 / Mul x / Mul 0.5",
+             _tanh_primitives),
+        Form(TANH, GELU_OP, "Gelu(approximate='tanh')", _gelu_op("tanh"), GELU_OP_MIN_OPSET),
+        Form(QUICK, PRIMITIVES, "Mul 1.702 / Sigmoid / Mul x", _quick_primitives),
+        Form(RELU, PRIMITIVES, "Relu", _relu),
+        Form(IDENTITY, PRIMITIVES, "Identity (the activation removed)", _identity),
+    )
+}
+
+
+# ---- graph helpers ------------------------------------------------------------------------
+
+
+def _label(node: onnx.NodeProto) -> str:
+    """A node's name, or its first output when it has none (as verifiers.gelu labels sites)."""
+    return node.name or node.output[0]
+
+
+def default_opset(model: onnx.ModelProto) -> int | None:
+    return next((o.version for o in model.opset_import if o.domain in DEFAULT_DOMAINS), None)
+
+
+def _subgraph_inputs(graph: onnx.GraphProto) -> set[str]:
+    """Every tensor name read by nodes of the graph's subgraphs (If/Loop/Scan bodies)."""
+    names: set[str] = set()
+    for node in graph.node:
+        for attr in node.attribute:
+            subs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
+            for sub in subs:
+                names.update(i for n in sub.node for i in n.input)
+                names |= _subgraph_inputs(sub)
+    return names
+
+
+def _read_names(graph: onnx.GraphProto) -> set[str]:
+    """Tensor names the graph still reads: node inputs (subgraphs included) and graph outputs."""
+    return {i for n in graph.node for i in n.input} | _subgraph_inputs(graph) | {o.name for o in graph.output}
+
+
+def _all_names(graph: onnx.GraphProto) -> set[str]:
+    """Node names and tensor names in use at the top level (for fresh-name generation)."""
+    names = {n.name for n in graph.node} | {t for n in graph.node for t in (*n.input, *n.output)}
+    names |= {t.name for t in graph.initializer} | {v.name for v in (*graph.input, *graph.output, *graph.value_info)}
+    return names - {""}
+
+
+def _with_imported_domains(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The model plus an import of any node domain it forgot (onnxruntime's optimizer does)."""
+    imported = {o.domain for o in model.opset_import}
+    missing = sorted({n.domain for n in model.graph.node} - imported - {"ai.onnx"})
+    if not missing:
+        return model
+    fixed = onnx.ModelProto()
+    fixed.CopyFrom(model)
+    fixed.opset_import.extend(helper.make_opsetid(d, 1) for d in missing)
+    return fixed
+
+
+def elem_types(model: onnx.ModelProto, names: set[str]) -> dict[str, int]:
+    """Element types of the named tensors: declared value infos, else ONNX shape inference."""
+
+    def declared(graph: onnx.GraphProto) -> dict[str, int]:
+        infos = [*graph.input, *graph.value_info, *graph.output]
+        found = {vi.name: vi.type.tensor_type.elem_type for vi in infos if vi.name in names}
+        found |= {t.name: t.data_type for t in graph.initializer if t.name in names}
+        return {k: v for k, v in found.items() if v}
+
+    found = declared(model.graph)
+    if names - found.keys():
+        try:
+            inferred = onnx.shape_inference.infer_shapes(_with_imported_domains(model))
+        except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError):
+            return found
+        found = declared(inferred.graph) | found
+    return found
+
+
+@dataclass(frozen=True)
+class _Target:
+    """Where one rewrite applies: node indices to remove, the tensor read, the tensor written."""
+
+    nodes: tuple[int, ...]
+    input: str
+    output: str
+    bias: str | None
+    prefix: str
+
+
+def _locate(graph: onnx.GraphProto, site: Site) -> _Target:
+    """The graph indices of a site's nodes, checked to compute site.output from site.input alone."""
+    index: dict[str, int] = {}
+    for i, node in enumerate(graph.node):
+        index.setdefault(_label(node), i)
+    missing = [label for label in site.nodes if label not in index]
+    if missing:
+        raise ValueError(f"site {site.site_id}: nodes {missing} are not in this model's top-level graph")
+    nodes = tuple(sorted({index[label] for label in site.nodes}))
+    produced = {out for i in nodes for out in graph.node[i].output if out}
+    if site.output not in produced:
+        raise ValueError(f"site {site.site_id}: its nodes do not write {site.output!r}")
+    kept_readers = {t for i, n in enumerate(graph.node) if i not in nodes for t in n.input}
+    kept_readers |= _subgraph_inputs(graph) | {o.name for o in graph.output}
+    leaking = sorted((produced - {site.output}) & kept_readers)
+    if leaking:
+        raise ValueError(f"site {site.site_id}: intermediate tensors {leaking} are read outside the site")
+    bias = None
+    if len(nodes) == 1:  # FastGelu / BiasGelu carry a bias input: keep adding it
+        node = graph.node[nodes[0]]
+        extra = [name for name in node.input[1:] if name]
+        if node.domain not in DEFAULT_DOMAINS and node.input[0] == site.input and extra:
+            bias = extra[0]
+    return _Target(nodes, site.input, site.output, bias, site.nodes[0])
+
+
+def _apply(model: onnx.ModelProto, targets: list[tuple[_Target, Form]],
+           constants: Mapping[str, float], elem_type: int | None) -> onnx.ModelProto:
+    """Copy the model, write each target's form in its place, then drop what only they read."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    graph = out.graph
+    taken = _all_names(graph)
+    types = elem_types(model, {t.input for t, _ in targets}) if elem_type is None else {}
+    removed = {i for t, _ in targets for i in t.nodes}
+    removed_reads = {name for i in removed for name in graph.node[i].input}
+    removed_outputs = {name for i in removed for name in graph.node[i].output}
+    written: dict[int, list[onnx.NodeProto]] = {}
+    for target, form in targets:
+        etype = elem_type or types.get(target.input, onnx.TensorProto.FLOAT)
+        writer = _Writer(f"{target.prefix}/{form.flavour}", etype, constants, taken)
+        x = target.input
+        if target.bias is not None:
+            x = writer.node("Add", [x, target.bias])
+        form.write(writer, x, target.output)
+        written[target.nodes[0]] = writer.nodes
+        graph.initializer.extend(writer.initializers)
+    nodes = []
+    for i, node in enumerate(graph.node):
+        nodes.extend(written.get(i, []))
+        if i not in removed:
+            nodes.append(node)
+    del graph.node[:]
+    graph.node.extend(nodes)
+    _drop_orphans(graph, removed_reads, removed_outputs)
+    return out
+
+
+def _drop_orphans(graph: onnx.GraphProto, removed_reads: set[str], removed_outputs: set[str]) -> None:
+    """Remove Constant nodes and initializers only the removed nodes read, and stale value infos."""
+    while True:  # a Constant chain never occurs in exports, but one pass per level is cheap
+        read = _read_names(graph)
+        orphans = [n for n in graph.node if n.op_type == "Constant" and n.domain in DEFAULT_DOMAINS
+                   and n.output[0] in removed_reads and n.output[0] not in read]
+        if not orphans:
+            break
+        for node in orphans:
+            removed_outputs.add(node.output[0])
+            graph.node.remove(node)
+    read = _read_names(graph)
+    graph_inputs = {i.name for i in graph.input}
+    keep = [t for t in graph.initializer
+            if t.name in read or t.name in graph_inputs or t.name not in removed_reads]
+    if len(keep) != len(graph.initializer):
+        del graph.initializer[:]
+        graph.initializer.extend(keep)
+    live = {t for n in graph.node for t in n.output}
+    stale = [v for v in graph.value_info if v.name in removed_outputs and v.name not in live]
+    for v in stale:
+        graph.value_info.remove(v)
+
+
+def _check_opset(model: onnx.ModelProto, opset: int | None, form: Form) -> None:
+    model_opset = default_opset(model) or 1
+    if opset is not None and opset > model_opset:
+        raise ValueError(f"opset {opset} is above the model's default opset {model_opset}")
+    if (opset or model_opset) < form.min_opset:
+        raise ValueError(
+            f"{form.flavour}/{form.form} writes {form.writes}, which needs opset {form.min_opset}; "
+            f"the model is at {opset or model_opset}"
+        )
+
+
+def _merged_constants(constants: Mapping[str, float] | None) -> dict[str, float]:
+    unknown = sorted(set(constants or {}) - CONSTANTS.keys())
+    if unknown:
+        raise ValueError(f"unknown constants {unknown}; known: {sorted(CONSTANTS)}")
+    return {**CONSTANTS, **(constants or {})}
+
+
+# ---- the rewrites -------------------------------------------------------------------------
+
+
+def replace_site(
+    model: onnx.ModelProto,
+    site: Site,
+    flavour: str,
+    *,
+    opset: int | None = None,
+    form: str = PRIMITIVES,
+    constants: Mapping[str, float] | None = None,
+    elem_type: int | None = None,
+) -> onnx.ModelProto:
+    """A copy of `model` where `site` computes `flavour`, written as `form` (see FORMS).
+
+    site: a Site of this model (verifiers.gelu.find_gelu_sites, or find_relu_sites).
+    flavour: exact, tanh, quick, relu or identity. form: "primitives" (default) or "gelu_op"
+    (exact and tanh only; needs default opset >= 20). opset: the default-domain opset the
+    written nodes may use; None reads the model's, and it cannot exceed the model's.
+    constants: overrides for CONSTANTS (e.g. {"cubic": 0.0447}). elem_type: ONNX element type
+    of the constants; None takes site.input's. A fused node's bias (FastGelu, BiasGelu) is
+    kept as an Add in front. Raises ValueError when the site is not in the model, when its
+    intermediate tensors are read elsewhere, or when the form is unknown or needs a newer opset.
+    """
+    key = (flavour, form)
+    if key not in FORMS:
+        raise ValueError(f"no form {form!r} for flavour {flavour!r}; known: {sorted(FORMS)}")
+    _check_opset(model, opset, FORMS[key])
+    merged = _merged_constants(constants)
+    return _apply(model, [(_locate(model.graph, site), FORMS[key])], merged, elem_type)
+
+
+def gelu_op_sites(model: onnx.ModelProto) -> list[Site]:
+    """Every default-domain Gelu node of the top-level graph as a Site (claimed from approximate)."""
+    sites = []
+    for node in model.graph.node:
+        if node.op_type == "Gelu" and node.domain in DEFAULT_DOMAINS:
+            attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+            approximate = attrs.get("approximate", b"none").decode()
+            claimed = {"none": EXACT, "tanh": TANH}.get(approximate)
+            if claimed is None:
+                raise ValueError(f"Gelu node {_label(node)!r}: unknown approximate={approximate!r}")
+            sites.append(Site(f"{len(sites)}:{_label(node)}", "Gelu", claimed, (_label(node),),
+                              node.input[0], node.output[0], f"approximate='{approximate}'"))
+    return sites
+
+
+def decompose_gelu_ops(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of `model` with every Gelu-20 node written as primitives of its own flavour.
+
+    approximate='none' -> the exact erf chain, 'tanh' -> the tanh chain (x*x*x cube), each
+    where the Gelu stood, reading and writing the same tensors. Opset imports are left as
+    they are (the chains are valid at every opset >= 13), so the result converts down with
+    onnx.version_converter. A model without Gelu nodes comes back as an unchanged copy.
+    """
+    targets = [(_locate(model.graph, s), FORMS[(s.claimed, PRIMITIVES)]) for s in gelu_op_sites(model)]
+    return _apply(model, targets, CONSTANTS, None)
