@@ -1,4 +1,7 @@
-"""GELU flavours: the shared catalogue, the ONNX site finder and the ONNX site fingerprint."""
+"""GELU flavours: the shared catalogue, site finders (ONNX, PyTorch, Keras) and the ONNX site fingerprint.
+
+The PyTorch and Keras finders import torch / tensorflow only when called.
+"""
 
 from .catalogue import (
     EXACT,
@@ -19,7 +22,9 @@ from .catalogue import (
     classify,
 )
 from .fingerprint import Fingerprint, fingerprint_site, fingerprint_sites
+from .keras_sites import find_keras_relu_sites, find_keras_sites
 from .onnx_sites import find_gelu_sites, find_relu_sites
+from .torch_sites import find_torch_relu_sites, find_torch_sites
 
 __all__ = [
     "EXACT",
@@ -40,7 +45,11 @@ __all__ = [
     "Site",
     "classify",
     "find_gelu_sites",
+    "find_keras_relu_sites",
+    "find_keras_sites",
     "find_relu_sites",
+    "find_torch_relu_sites",
+    "find_torch_sites",
     "fingerprint_site",
     "fingerprint_sites",
 ]

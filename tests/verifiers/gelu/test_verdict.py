@@ -1,7 +1,15 @@
 """Aligning source and artifact sites and judging each GELU."""
 
 from verifiers.gelu.catalogue import Site
-from verifiers.gelu.verdict import ADDED, CHANGED, DECLARED, KEPT, REMOVED, SiteFlavour, judge
+from verifiers.gelu.verdict import (
+    ADDED,
+    CHANGED,
+    DECLARED,
+    KEPT,
+    REMOVED,
+    SiteFlavour,
+    judge,
+)
 
 
 def _sites(*flavours, prefix="s", residuals=None):

@@ -1,0 +1,47 @@
+"""Activation inventories: every GELU and ReLU site of a graph in graph order, with its flavour."""
+
+from __future__ import annotations
+
+import onnx
+
+from .catalogue import RELU, Site
+from .fingerprint import Fingerprint, fingerprint_sites
+from .onnx_normalize import split_duplicate_gemms
+from .onnx_sites import find_gelu_sites, find_relu_sites, node_label
+from .verdict import SiteFlavour
+
+
+def measured_flavour(print_: Fingerprint) -> SiteFlavour:
+    """The flavour a site computes: measured when the probes are conclusive, else claimed."""
+    site, result = print_.site, print_.classification
+    if result.confident:
+        return SiteFlavour(site, result.flavour, result.flavour, result.residuals, True, result.note)
+    note = f"{print_.dtype} probes inconclusive ({result.note}); judged by structure: {site.claimed}"
+    return SiteFlavour(site, site.claimed, result.flavour, result.residuals, False, note)
+
+
+def in_graph_order(entries: list[SiteFlavour], order: dict[str, int]) -> list[SiteFlavour]:
+    return sorted(entries, key=lambda e: min(order.get(label, len(order)) for label in e.site.nodes))
+
+
+def onnx_inventory(model: onnx.ModelProto) -> list[SiteFlavour]:
+    """GELU sites (measured) and ReLU sites of an ONNX model's top-level graph (read through
+    `split_duplicate_gemms`, so a site may name the nodes that undo a fusion)."""
+    model = split_duplicate_gemms(model)
+    gelus = [measured_flavour(p) for p in fingerprint_sites(model, find_gelu_sites(model))]
+    relus = [SiteFlavour(site, RELU) for site in find_relu_sites(model)]
+    order = {node_label(node): i for i, node in enumerate(model.graph.node)}
+    return in_graph_order(gelus + relus, order)
+
+
+def describe_sites(entries: list[SiteFlavour]) -> list[dict]:
+    """The GELU sites as `inspect` lists them: site, op, claimed, measured, residuals."""
+    return [
+        {"site": e.site.site_id, "op": e.site.op, "claimed": e.site.claimed, "measured": e.measured,
+         "confident": e.confident, "residuals": e.residuals, "note": e.note}
+        for e in entries if not _is_relu(e.site)
+    ]
+
+
+def _is_relu(site: Site) -> bool:
+    return site.claimed == RELU and site.op == "Relu"
