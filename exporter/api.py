@@ -9,6 +9,7 @@ import contextlib
 import hashlib
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -16,19 +17,45 @@ import numpy as np
 
 from exporter.errors import BadInput, ExportgateError, one_line
 from exporter.routes import ExportRequest, route_for
+from exporter.routes.quiet import quiet_exporter
 from exporter.sources import (
-    InputSpec, load_source, make_batches, parse_dynamic_axis, parse_input_spec,
+    InputSpec,
+    Source,
+    load_source,
+    make_batches,
+    parse_dynamic_axis,
+    parse_input_spec,
 )
 from exporter.staging import Staging, companion_files, remove_artifact
 from verifiers.compare import Tolerances, compare_outputs, match_outputs
 from verifiers.formats import detect_format
-from verifiers.onnx_model import default_opset, describe as describe_onnx, load_structure
+from verifiers.onnx_model import default_opset, load_structure
+from verifiers.onnx_model import describe as describe_onnx
 from verifiers.report import ArtifactInfo, Report
 from verifiers.runtimes import InvalidArtifact, Runner, runner_for
 
 Progress = Callable[[str], None]
 DEFAULT_BATCHES = 3
-DESCRIBERS = {"onnx": describe_onnx}
+
+
+def _onnx_activation_sites(path: Path):
+    from verifiers.gelu.inventory import onnx_inventory
+
+    return onnx_inventory(load_structure(path))
+
+
+def _describe_onnx(path: str | Path) -> dict[str, Any]:
+    from verifiers.gelu.inventory import describe_sites
+
+    info = describe_onnx(path)
+    info["gelu"] = describe_sites(_onnx_activation_sites(Path(path)))
+    return info
+
+
+# Artifact format -> what inspect shows, and its GELU and ReLU sites in graph order (GELUs measured).
+DESCRIBERS = {"onnx": _describe_onnx}
+ARTIFACT_INVENTORIES = {"onnx": _onnx_activation_sites}
+SENSITIVITY_MAX_BYTES = 1 << 30
 
 
 def _silent(_: str) -> None:
@@ -148,7 +175,8 @@ def verify(
         with _timed(report, "reference"):
             progress(f"running the source model on {len(feeds)} batch(es)")
             reference = [src.run(feed) for feed in feeds]
-        _compare(report, runner, feeds, reference, tolerances, progress)
+        comparison = _compare(report, runner, feeds, reference, tolerances, progress)
+        _judge_gelu(report, src, artifact, fmt, feeds[0], comparison, tolerances, progress)
     except ExportgateError as exc:
         report.fail(exc.kind, str(exc))
     finally:
@@ -158,7 +186,8 @@ def verify(
 
 
 def inspect(artifact: str | Path) -> dict[str, Any]:
-    """Format, opsets, op counts, inputs and outputs of an artifact, without importing torch or TensorFlow."""
+    """Format, opsets, op counts, inputs and outputs, and the GELU sites with their claimed and
+    measured flavours, without importing torch or TensorFlow."""
     fmt = detect_format(artifact)
     describe = DESCRIBERS.get(fmt)
     if describe is None:
@@ -201,10 +230,11 @@ def _verify_artifact(report, path, fmt, source, feeds, reference, tolerances, pr
     with _timed(report, "load_artifact"):
         progress(f"loading the artifact in {runner_for(fmt).runtime}")
         runner = runner_for(fmt)(path)
-    _compare(report, runner, feeds, reference, tolerances, progress)
+    comparison = _compare(report, runner, feeds, reference, tolerances, progress)
+    _judge_gelu(report, source, path, fmt, feeds[0], comparison, tolerances, progress)
 
 
-def _compare(report: Report, runner: Runner, feeds, reference, tolerances: Tolerances, progress) -> None:
+def _compare(report: Report, runner: Runner, feeds, reference, tolerances: Tolerances, progress) -> Comparison:
     ref_names, names_are_real = reference[0][0], reference[0][1]
     art_names = [o.name for o in runner.outputs]
     pairs = match_outputs(ref_names, names_are_real, art_names)
@@ -212,20 +242,97 @@ def _compare(report: Report, runner: Runner, feeds, reference, tolerances: Toler
     if unknown:
         raise BadInput(f"tolerance given for unknown output(s) {', '.join(unknown)} "
                        f"(outputs: {', '.join(ref_names)})")
+    artifact_feeds = [_artifact_feed(runner, feed) for feed in feeds]
     with _timed(report, "run_artifact"):
         progress(f"running the artifact on {len(feeds)} batch(es)")
         artifact_outputs = []
-        for feed in feeds:
-            artifact_feed = _artifact_feed(runner, feed)
+        for feed in artifact_feeds:
             try:
-                artifact_outputs.append(runner.run(artifact_feed))
+                artifact_outputs.append(runner.run(feed))
             except Exception as exc:
                 raise InvalidArtifact(f"the artifact failed to run: {one_line(exc)}") from exc
+    comparison = Comparison(ref_names, art_names, pairs, [r[2] for r in reference], artifact_feeds)
     with _timed(report, "compare"):
-        results, findings = compare_outputs(
-            ref_names, art_names, pairs, [r[2] for r in reference], artifact_outputs, tolerances)
+        results, findings = comparison.against(artifact_outputs, tolerances)
     report.outputs.extend(results)
     report.failures.extend(findings)
+    return comparison
+
+
+@dataclass
+class Comparison:
+    """Source outputs and how they pair with the artifact's, to judge any run of the artifact."""
+
+    reference_names: list[str]
+    artifact_names: list[str]
+    pairs: list[tuple[int, int]]
+    reference_outputs: list[list[np.ndarray]]
+    artifact_feeds: list[dict[str, np.ndarray]]
+
+    def against(self, artifact_outputs, tolerances: Tolerances):
+        return compare_outputs(self.reference_names, self.artifact_names, self.pairs,
+                               self.reference_outputs, artifact_outputs, tolerances)
+
+
+def _judge_gelu(report: Report, source: Source, path: Path, fmt: str, feed, comparison: Comparison,
+                tolerances: Tolerances, progress, declared: dict[str, str] | None = None) -> None:
+    """Find every GELU on both sides, measure the artifact's, and fail on any silent change."""
+    from verifiers.gelu.verdict import DECLARED, SiteFlavour, judge
+
+    with _timed(report, "gelu"):
+        progress("finding the GELU sites of the source and measuring the artifact's")
+        try:
+            with quiet_exporter():
+                source_sites = [SiteFlavour(s, s.claimed) for s in source.framework.activation_sites(source, feed)]
+        except ExportgateError:
+            raise
+        except Exception as exc:
+            report.gelu_guard = f"skipped: the source graph could not be read ({one_line(exc)})"
+            return
+        artifact_sites = ARTIFACT_INVENTORIES[fmt](path)
+        verdicts = judge(source_sites, artifact_sites, declared)
+    report.gelu_guard = "checked"
+    report.gelu = [v.to_dict() for v in verdicts]
+    for verdict in verdicts:
+        if verdict.failed:
+            side = verdict.artifact or verdict.source
+            report.fail("gelu", verdict.message(), site=side.site.site_id)
+        elif verdict.status == DECLARED:
+            report.notes.append(verdict.message())
+    if fmt == "onnx":
+        with _timed(report, "gelu_sensitivity"):
+            _gelu_sensitivity(report, path, artifact_sites, comparison, tolerances)
+
+
+def _gelu_sensitivity(report, path, artifact_sites, comparison: Comparison, tolerances) -> None:
+    """Say when the output tolerance alone could not have told exact GELU from tanh."""
+    import onnx
+
+    from verifiers.gelu.onnx_normalize import split_duplicate_gemms
+    from verifiers.gelu.sensitivity import run_variant, swapped_variant
+
+    if path.stat().st_size + sum(f.stat().st_size for f in _data_paths(path)) > SENSITIVITY_MAX_BYTES:
+        report.notes.append("GELU tolerance check skipped: the model is too large to run twice")
+        return
+    try:
+        variant = swapped_variant(split_duplicate_gemms(onnx.load(str(path))), artifact_sites)
+    except ValueError as exc:  # a site the rewrite cannot isolate
+        report.notes.append(f"GELU tolerance check skipped: {exc}")
+        return
+    if variant is None:
+        return
+    results, _ = comparison.against(run_variant(variant, comparison.artifact_feeds), tolerances)
+    for result in results:
+        report.gelu_swap_effect[result.name] = result.max_abs_err
+        if result.passed:
+            report.notes.append(
+                f"output {result.name}: atol {result.atol:g} / rtol {result.rtol:g} cannot tell exact GELU "
+                f"from tanh here (swapping every GELU's flavour moves it by at most {result.max_abs_err:.2g} "
+                f"and would still pass); only the GELU guard sees such a change")
+
+
+def _data_paths(path: Path) -> list[Path]:
+    return [path.parent / name for name in companion_files(path, "onnx")]
 
 
 def _artifact_feed(runner: Runner, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

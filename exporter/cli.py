@@ -97,7 +97,7 @@ def inspect(
     artifact: Annotated[Path, typer.Argument(help="The artifact to describe.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
 ) -> None:
-    """Show an artifact's format, opsets, op counts, inputs and outputs."""
+    """Show an artifact's format, opsets, op counts, inputs and outputs, and its GELU sites."""
     from exporter import api
 
     info = api.inspect(artifact)
@@ -116,6 +116,13 @@ def inspect(
         typer.echo(f"  {op}: {count}")
     if info["external_data"]:
         typer.echo("external data: " + ", ".join(info["external_data"]))
+    typer.echo(f"GELU sites: {len(info['gelu'])}")
+    for site in info["gelu"]:
+        residual = site["residuals"].get(site["measured"]) if site["measured"] else None
+        measured = f"measured {site['measured']}" + (f" ({residual:.2g})" if residual is not None else "")
+        if not site["confident"]:
+            measured += ", inconclusive"
+        typer.echo(f"  {site['site']}: {site['op']}, claimed {site['claimed']}, {measured}")
 
 
 def main() -> None:

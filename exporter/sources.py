@@ -15,7 +15,12 @@ from typing import Any
 import numpy as np
 
 from exporter.errors import BadInput, MissingFramework, one_line
-from exporter.frameworks import FRAMEWORKS, Framework, framework_for_file, framework_for_object
+from exporter.frameworks import (
+    FRAMEWORKS,
+    Framework,
+    framework_for_file,
+    framework_for_object,
+)
 
 SUPPORTED_DTYPES = {
     "float32", "float16", "float64", "bfloat16", "int8", "int16", "int32", "int64", "uint8", "bool",

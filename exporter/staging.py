@@ -9,7 +9,11 @@ import tempfile
 from pathlib import Path
 
 from exporter.errors import ExportgateError
-from verifiers.onnx_model import external_data_files, load_structure, relocate_external_data
+from verifiers.onnx_model import (
+    external_data_files,
+    load_structure,
+    relocate_external_data,
+)
 
 REJECTED_SUFFIX = ".rejected"
 

@@ -1,4 +1,4 @@
-"""Shared paths and the CLI runner. Models are built in code (fixtures/models); nothing is downloaded."""
+"""The CLI runner. Models are built in code (fixtures/models); nothing is downloaded."""
 
 import os
 import subprocess
@@ -8,16 +8,6 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-TORCH_MODELS = REPO / "fixtures" / "models" / "torch_models.py"
-KERAS_MODELS = REPO / "fixtures" / "models" / "keras_models.py"
-
-
-def torch_model(name: str) -> str:
-    return f"{TORCH_MODELS}:{name}"
-
-
-def keras_model(name: str) -> str:
-    return f"{KERAS_MODELS}:{name}"
 
 
 def run_cli(*args, cwd, prelude: str = "") -> subprocess.CompletedProcess:

@@ -1,6 +1,8 @@
 """The README's two commands stay the ones CI and users run."""
 
-from conftest import REPO
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _commands():

@@ -98,6 +98,10 @@ class Report:
     exporter: str | None = None
     verified: bool = True
     outputs: list[OutputResult] = field(default_factory=list)
+    gelu_guard: str = "not run"  # "checked", or "skipped: why"
+    gelu: list[dict[str, Any]] = field(default_factory=list)  # one entry per GELU site pair
+    # Per output: how far swapping every exact/tanh GELU of the artifact moves it.
+    gelu_swap_effect: dict[str, float] = field(default_factory=dict)
     failures: list[Finding] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
@@ -165,6 +169,11 @@ class Report:
                 f"  {len(passed)} output(s) within tolerance, max abs err {worst:.3g}"
                 f" over {(self.batches or 0) + self.example_batch} input batch(es)"
             )
+        if self.gelu_guard.startswith("skipped"):
+            lines.append(f"  GELU guard {self.gelu_guard}")
+        if self.gelu and not any(f.kind == "gelu" for f in self.failures):
+            flavours = sorted({g["source_flavour"] for g in self.gelu if g["source_flavour"]})
+            lines.append(f"  {len(self.gelu)} GELU site(s) keep their flavour ({', '.join(flavours)})")
         for finding in self.failures:
             lines.append(f"  [{finding.kind}] {finding.message}")
         if self.rejected_artifact:

@@ -38,6 +38,10 @@ class Framework:
     def run(self, source: "Source", feed: dict[str, np.ndarray]) -> tuple[list[str], bool, list[np.ndarray]]:
         raise NotImplementedError
 
+    def activation_sites(self, source: "Source", feed: dict[str, np.ndarray]) -> list:
+        """The source's GELU and ReLU sites (verifiers.gelu Site records) in graph order."""
+        raise NotImplementedError
+
     def require(self, module: str):
         """Import one of this framework's modules, or say which pip command installs it."""
         import importlib

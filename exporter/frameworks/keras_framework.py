@@ -100,6 +100,14 @@ class KerasFramework(Framework):
         return keras_outputs(source.model, result)
 
 
+    def activation_sites(self, source, feed):
+        from verifiers.gelu.keras_sites import keras_activation_sites
+
+        tf = self.require("tensorflow")
+        signature = [tf.TensorSpec(spec.shape, tf.as_dtype(spec.dtype), name=spec.name) for spec in source.inputs]
+        return keras_activation_sites(source.model, signature)
+
+
 def keras_outputs(model: Any, result: Any) -> tuple[list[str], bool, list[np.ndarray]]:
     """Name and flatten what a Keras model returned; names are real for dicts and named outputs."""
     if isinstance(result, Mapping):

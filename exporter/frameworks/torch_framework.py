@@ -79,6 +79,12 @@ class TorchFramework(Framework):
             raise BadInput(f"{source.spec}: the model returned no tensors")
         return names, real, arrays
 
+    def activation_sites(self, source, feed):
+        from verifiers.gelu.torch_sites import torch_activation_sites
+
+        args, kwargs = self.example_tensors(source, feed)
+        return torch_activation_sites(source.model, args, kwargs)
+
     def example_tensors(self, source, feed):
         """Positional args and keyword args for torch.onnx.export."""
         torch = self.require("torch")

@@ -4,7 +4,8 @@ import json
 
 import onnx
 import pytest
-from conftest import torch_model
+
+from fixtures.specs import torch_model
 
 
 def _error_lines(stderr: str) -> list[str]:

@@ -2,9 +2,9 @@
 
 import onnx
 import pytest
-from conftest import keras_model
 
 from exporter import api
+from fixtures.specs import keras_model
 from verifiers.onnx_model import iter_nodes
 
 SPELLINGS = ["activation", "approximate", "ops"]

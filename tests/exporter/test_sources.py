@@ -2,10 +2,16 @@
 
 import numpy as np
 import pytest
-from conftest import torch_model
 
 from exporter.errors import BadInput
-from exporter.sources import InputSpec, load_source, make_batches, parse_dynamic_axis, parse_input_spec
+from exporter.sources import (
+    InputSpec,
+    load_source,
+    make_batches,
+    parse_dynamic_axis,
+    parse_input_spec,
+)
+from fixtures.specs import torch_model
 
 
 def test_parse_input_spec():

@@ -3,9 +3,9 @@
 import onnx
 import onnxruntime as ort
 import pytest
-from conftest import torch_model
 
 from exporter import api
+from fixtures.specs import torch_model
 from verifiers.onnx_model import default_opset
 
 
