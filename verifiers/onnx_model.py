@@ -35,6 +35,38 @@ def default_opset(model: onnx.ModelProto) -> int | None:
     return None
 
 
+def with_imported_domains(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The model plus an import (version 1) of any node domain it forgot to import:
+    onnxruntime.transformers' optimizer at opt_level=0 writes com.microsoft nodes without one."""
+    imported = {o.domain for o in model.opset_import}
+    missing = sorted({n.domain for n in model.graph.node} - imported - {"ai.onnx"})
+    if not missing:
+        return model
+    fixed = onnx.ModelProto()
+    fixed.CopyFrom(model)
+    fixed.opset_import.extend(onnx.helper.make_opsetid(d, 1) for d in missing)
+    return fixed
+
+
+def elem_types(model: onnx.ModelProto, names: set[str]) -> dict[str, int]:
+    """Element types of the named tensors: declared value infos and initializers, else shape inference."""
+
+    def declared(graph: onnx.GraphProto) -> dict[str, int]:
+        infos = [*graph.input, *graph.value_info, *graph.output]
+        found = {vi.name: vi.type.tensor_type.elem_type for vi in infos if vi.name in names}
+        found |= {t.name: t.data_type for t in graph.initializer if t.name in names}
+        return {k: v for k, v in found.items() if v}
+
+    found = declared(model.graph)
+    if names - found.keys():
+        try:
+            inferred = onnx.shape_inference.infer_shapes(with_imported_domains(model))
+        except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError):
+            return found
+        found = declared(inferred.graph) | found
+    return found
+
+
 def iter_nodes(graph: onnx.GraphProto):
     """Every node, subgraphs (If/Loop/Scan bodies) included."""
     for node in graph.node:

@@ -57,6 +57,7 @@ from verifiers.gelu.catalogue import (
     TANH_CUBIC_COEFF,
     Site,
 )
+from verifiers.onnx_model import default_opset, elem_types
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
 GELU_OP_MIN_OPSET = 20
@@ -178,10 +179,6 @@ def _label(node: onnx.NodeProto) -> str:
     return node.name or node.output[0]
 
 
-def default_opset(model: onnx.ModelProto) -> int | None:
-    return next((o.version for o in model.opset_import if o.domain in DEFAULT_DOMAINS), None)
-
-
 def _subgraph_inputs(graph: onnx.GraphProto) -> set[str]:
     """Every tensor name read by nodes of the graph's subgraphs (If/Loop/Scan bodies)."""
     names: set[str] = set()
@@ -204,37 +201,6 @@ def _all_names(graph: onnx.GraphProto) -> set[str]:
     names = {n.name for n in graph.node} | {t for n in graph.node for t in (*n.input, *n.output)}
     names |= {t.name for t in graph.initializer} | {v.name for v in (*graph.input, *graph.output, *graph.value_info)}
     return names - {""}
-
-
-def _with_imported_domains(model: onnx.ModelProto) -> onnx.ModelProto:
-    """The model plus an import of any node domain it forgot (onnxruntime's optimizer does)."""
-    imported = {o.domain for o in model.opset_import}
-    missing = sorted({n.domain for n in model.graph.node} - imported - {"ai.onnx"})
-    if not missing:
-        return model
-    fixed = onnx.ModelProto()
-    fixed.CopyFrom(model)
-    fixed.opset_import.extend(helper.make_opsetid(d, 1) for d in missing)
-    return fixed
-
-
-def elem_types(model: onnx.ModelProto, names: set[str]) -> dict[str, int]:
-    """Element types of the named tensors: declared value infos, else ONNX shape inference."""
-
-    def declared(graph: onnx.GraphProto) -> dict[str, int]:
-        infos = [*graph.input, *graph.value_info, *graph.output]
-        found = {vi.name: vi.type.tensor_type.elem_type for vi in infos if vi.name in names}
-        found |= {t.name: t.data_type for t in graph.initializer if t.name in names}
-        return {k: v for k, v in found.items() if v}
-
-    found = declared(model.graph)
-    if names - found.keys():
-        try:
-            inferred = onnx.shape_inference.infer_shapes(_with_imported_domains(model))
-        except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError):
-            return found
-        found = declared(inferred.graph) | found
-    return found
 
 
 @dataclass(frozen=True)

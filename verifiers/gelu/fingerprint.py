@@ -19,6 +19,8 @@ import onnxruntime as ort
 from onnx import helper, numpy_helper
 from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
 
+from verifiers.onnx_model import elem_types, with_imported_domains
+
 from .catalogue import (
     FLOAT16_TOLERANCE,
     FLOAT32_TOLERANCE,
@@ -54,37 +56,6 @@ class Fingerprint:
         return self.classification.flavour
 
 
-def _opset_imports(model: onnx.ModelProto) -> list[onnx.OperatorSetIdProto]:
-    """The model's opset imports plus version 1 of any node domain it forgot to import.
-
-    onnxruntime.transformers' optimizer at opt_level=0 writes com.microsoft nodes without
-    importing com.microsoft.
-    """
-    imported = {o.domain for o in model.opset_import}
-    used = {n.domain for n in model.graph.node} - imported - {"ai.onnx"}
-    return [*model.opset_import, *(helper.make_opsetid(d, 1) for d in sorted(used))]
-
-
-def _elem_types(model: onnx.ModelProto, names: set[str]) -> dict[str, int]:
-    """Element types of the named tensors, from declared value infos, else shape inference."""
-
-    def declared(graph: onnx.GraphProto) -> dict[str, int]:
-        infos = [*graph.input, *graph.value_info, *graph.output]
-        return {vi.name: vi.type.tensor_type.elem_type for vi in infos if vi.name in names}
-
-    found = declared(model.graph)
-    if names - found.keys():
-        complete = onnx.ModelProto()
-        complete.CopyFrom(model)
-        complete.ClearField("opset_import")
-        complete.opset_import.extend(_opset_imports(model))
-        try:
-            found = declared(onnx.shape_inference.infer_shapes(complete).graph) | found
-        except onnx.shape_inference.InferenceError:
-            pass
-    return found
-
-
 def probe_model(model: onnx.ModelProto, site: Site, elem_type: int) -> onnx.ModelProto:
     """The site's nodes as a model from site.input (shape [n, 1]) to site.output.
 
@@ -109,7 +80,7 @@ def probe_model(model: onnx.ModelProto, site: Site, elem_type: int) -> onnx.Mode
         [helper.make_tensor_value_info(site.output, elem_type, None)],
         list(initializers.values()),
     )
-    return helper.make_model(graph, opset_imports=_opset_imports(model), ir_version=model.ir_version)
+    return helper.make_model(graph, opset_imports=with_imported_domains(model).opset_import, ir_version=model.ir_version)
 
 
 def _run(probe: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
@@ -141,5 +112,5 @@ def fingerprint_sites(model: onnx.ModelProto, sites: list[Site]) -> list[Fingerp
 
     A site whose input type is neither declared nor inferable is probed as float32.
     """
-    types = _elem_types(model, {s.input for s in sites})
+    types = elem_types(model, {s.input for s in sites})
     return [fingerprint_site(model, s, types.get(s.input, onnx.TensorProto.FLOAT)) for s in sites]
