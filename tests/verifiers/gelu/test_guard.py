@@ -87,3 +87,12 @@ def test_cli_exit_3_one_line_per_site(built, cli, tmp_path):
     assert len(lines) == 1 and "is exact" in lines[0] and "computes tanh" in lines[0]
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["exit_code"] == 3 and report["gelu_guard"] == "checked"
+
+
+def test_float16_sites_are_judged_by_structure(tmp_path):
+    report = api.export(torch_model("mlp_exact_fp16"), to="onnx", opset=17, out=tmp_path / "m.onnx")
+    assert report.exit_code == 0, report.summary_lines()
+    [entry] = report.gelu
+    assert entry["status"] == "kept" and entry["confident"] is False
+    assert "judged by structure: exact" in entry["note"]
+    assert report.outputs[0].atol == 1e-2  # float16 tolerances
