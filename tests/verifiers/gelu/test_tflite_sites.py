@@ -1,0 +1,240 @@
+"""GELU sites in real .tflite files (Keras via the TF converter, PyTorch via litert-torch) and
+what they measure when probed alone."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from fixtures import make_broken_tflite as mbt
+from verifiers.gelu import EXACT, QUICK, RELU, TANH
+from verifiers.gelu.tflite_fingerprint import (
+    fingerprint_sites,
+    probe_model,
+    run_probe,
+    tflite_inventory,
+)
+from verifiers.gelu.tflite_sites import (
+    find_erf_units,
+    find_tflite_relu_sites,
+    find_tflite_sites,
+    read_graph,
+    tflite_activation_sites,
+)
+from verifiers.tflite_model import load_tflite
+
+TORCH_ACTIVATIONS = {
+    "nn_gelu_none": lambda: torch.nn.GELU(),
+    "nn_gelu_tanh": lambda: torch.nn.GELU(approximate="tanh"),
+    "erf_formula": lambda: _Lambda(lambda x: 0.5 * x * (1 + torch.erf(x / math.sqrt(2)))),
+    "quick_gelu": lambda: _Lambda(lambda x: x * torch.sigmoid(1.702 * x)),
+    "relu": lambda: torch.nn.ReLU(),
+}
+
+
+class _Lambda(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(x)
+
+
+class _Mlp(torch.nn.Module):
+    def __init__(self, activation):
+        super().__init__()
+        self.up, self.act, self.down = torch.nn.Linear(8, 16), activation, torch.nn.Linear(16, 8)
+
+    def forward(self, x):
+        return self.down(self.act(self.up(x)))
+
+
+@pytest.fixture(scope="module")
+def litert_torch_file(tmp_path_factory):
+    """convert(kind) -> path of a litert-torch conversion of Linear-act-Linear, cached per module."""
+    import litert_torch
+
+    folder, cache = tmp_path_factory.mktemp("litert_torch"), {}
+
+    def convert(kind: str):
+        if kind not in cache:
+            torch.manual_seed(0)
+            model = _Mlp(TORCH_ACTIVATIONS[kind]()).eval()
+            path = folder / f"{kind}.tflite"
+            litert_torch.convert(model, (torch.randn(2, 8),)).export(str(path))
+            cache[kind] = path
+        return cache[kind]
+
+    return convert
+
+
+@pytest.fixture(scope="module")
+def keras_file(tmp_path_factory):
+    folder, cache = tmp_path_factory.mktemp("keras_tflite"), {}
+
+    def build(name: str):
+        if name not in cache:
+            cache[name] = mbt.build_fixture(name, folder).path
+        return cache[name]
+
+    return build
+
+
+def _measured(path):
+    return [(fp.site.op, fp.site.claimed, fp.measured, fp.classification.confident)
+            for fp in fingerprint_sites(path, find_tflite_sites(path))]
+
+
+@pytest.mark.parametrize("name, flavour", [("keras_exact_faithful", EXACT), ("keras_tanh_faithful", TANH)])
+def test_keras_gelu_builtin(keras_file, name, flavour):
+    path = keras_file(name)
+    (site,) = find_tflite_sites(path)
+    assert site.op == "GELU" and site.claimed == flavour and site.site_id.startswith("0:")
+    assert "GeluOptions approximate=" in site.note
+    assert _measured(path) == [("GELU", flavour, flavour, True)]
+
+
+def test_keras_tanh_chain_with_cube_is_not_fused(keras_file):
+    path = keras_file("tanh_chain_faithful")
+    model = load_tflite(path)
+    assert "GELU" not in {oc.name for oc in model.opcodes}
+    (site,) = find_tflite_sites(path)
+    assert site.op == "tanh-chain" and site.claimed == TANH and len(site.nodes) == 9
+    assert _measured(path) == [("tanh-chain", TANH, TANH, True)]
+
+
+def test_keras_two_sites_in_graph_order(keras_file):
+    sites = find_tflite_sites(keras_file("two_gelu_faithful"))
+    assert [s.site_id.split(":")[0] for s in sites] == ["0", "1"]
+    assert "gelu_1" in sites[0].site_id and "gelu_2" in sites[1].site_id
+
+
+@pytest.mark.parametrize("kind, flavour", [("nn_gelu_none", EXACT), ("nn_gelu_tanh", TANH)])
+def test_litert_torch_nn_gelu_is_the_builtin(litert_torch_file, kind, flavour):
+    path = litert_torch_file(kind)
+    assert _measured(path) == [("GELU", flavour, flavour, True)]
+
+
+def test_litert_torch_erf_formula_is_an_erf_chain(litert_torch_file):
+    """torch.erf becomes MINIMUM/MAXIMUM clamp + rational polynomial; read as one Erf unit."""
+    path = litert_torch_file("erf_formula")
+    graph = read_graph(path)
+    (unit,) = find_erf_units(graph)
+    assert {graph.names[j] for j in unit.ops} == {"MINIMUM", "MAXIMUM", "MUL", "ADD", "DIV"}
+    assert unit.error < 1e-6
+    (site,) = find_tflite_sites(path)
+    assert site.op == "erf-chain" and site.claimed == EXACT
+    assert len(site.nodes) == len(unit.ops) + 4  # x/sqrt2, 0.5*x, 1 + erf, product
+    assert "rational polynomial" in site.note
+    assert _measured(path) == [("erf-chain", EXACT, EXACT, True)]
+
+
+def test_litert_torch_quick_gelu_is_a_logistic_chain(litert_torch_file):
+    path = litert_torch_file("quick_gelu")
+    assert "LOGISTIC" in {oc.name for oc in load_tflite(path).opcodes}
+    assert _measured(path) == [("sigmoid-chain", QUICK, QUICK, True)]
+
+
+def test_fused_relu_is_a_relu_site(litert_torch_file):
+    path = litert_torch_file("relu")
+    assert find_tflite_sites(path) == []
+    (site,) = find_tflite_relu_sites(path)
+    assert site.op == "Relu" and site.claimed == RELU and "FULLY_CONNECTED" in site.note
+    assert [(e.site.op, e.flavour) for e in tflite_inventory(path)] == [("Relu", RELU)]
+
+
+def test_relu_op_and_gelu_in_graph_order(keras_file, tmp_path):
+    """A RELU op standing where the second of two GELUs was."""
+    content = mbt.gelu_to_relu(positions=(1,))(keras_file("two_gelu_faithful").read_bytes())
+    path = tmp_path / "relu.tflite"
+    path.write_bytes(content)
+    sites = tflite_activation_sites(path)
+    assert [(s.op, s.claimed) for s in sites] == [("GELU", EXACT), ("Relu", RELU)]
+    assert sites[1].note == "RELU op"
+
+
+def test_gelu_without_options_reads_exact(keras_file, tmp_path):
+    path = tmp_path / "no_options.tflite"
+    path.write_bytes(mbt.set_gelu_flag(None)(keras_file("keras_tanh_faithful").read_bytes()))
+    (site,) = find_tflite_sites(path)
+    assert site.claimed == EXACT and "no GeluOptions table" in site.note
+
+
+def test_xnnpack_is_measured_too(keras_file):
+    """XNNPACK's GELU flushes x < -6 and is loose around -4 in relative terms, not in absolute ones."""
+    path = keras_file("keras_exact_faithful")
+    graph = read_graph(path)
+    (fp,) = fingerprint_sites(graph, find_tflite_sites(path))
+    assert fp.xnnpack is not None and fp.xnnpack.flavour == EXACT and fp.xnnpack.confident
+    assert fp.classification.residuals[EXACT] < 5e-7 and fp.xnnpack.residuals[EXACT] < 1e-6
+    content = probe_model(graph, fp.site)
+    x = np.array([-8.0, -7.0, -4.0], np.float32)
+    plain, xnn = run_probe(content, x), run_probe(content, x, xnnpack=True)
+    assert np.all(plain[:2] < 0) and np.all(xnn[:2] == 0)  # the tail XNNPACK flushes
+    assert abs(xnn[2] - plain[2]) < 1e-6
+
+
+def test_probe_model_is_a_loadable_tflite(keras_file):
+    path = keras_file("tanh_chain_faithful")
+    graph = read_graph(path)
+    (site,) = find_tflite_sites(path)
+    probe = load_tflite_bytes(probe_model(graph, site))
+    assert len(probe.subgraphs[0].operators) == len(site.nodes)
+
+
+def load_tflite_bytes(content: bytes):
+    from verifiers.tflite_model import parse_tflite
+
+    return parse_tflite(content)
+
+
+def test_float16_weights_keep_the_gelu_flag(tmp_path):
+    """fp16-weight conversion: the GELU stays float32 with its flag and measures so."""
+    import tensorflow as tf
+
+    model = mbt._builder("functional_ops")()
+    converter = tf.lite.TFLiteConverter.from_keras_model(model)
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.target_spec.supported_types = [tf.float16]
+    path = tmp_path / "fp16.tflite"
+    path.write_bytes(converter.convert())
+    assert [(e.site.op, e.flavour, e.confident) for e in tflite_inventory(path)] == [("GELU", TANH, True)]
+
+
+def test_int8_site_is_judged_by_structure(tmp_path):
+    """Full int8: GELU op version 2 on int8 tensors; probes are inconclusive, the flag decides."""
+    import tensorflow as tf
+
+    model = mbt._builder("functional_activation")()
+    rng = np.random.default_rng(0)
+
+    def dataset():
+        for _ in range(8):
+            yield [rng.standard_normal((1, 16)).astype(np.float32)]
+
+    converter = tf.lite.TFLiteConverter.from_keras_model(model)
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.representative_dataset = dataset
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    path = tmp_path / "int8.tflite"
+    path.write_bytes(converter.convert())
+    assert ("GELU", 2) in {(oc.name, oc.version) for oc in load_tflite(path).opcodes}
+    (entry,) = tflite_inventory(path)
+    assert entry.site.op == "GELU" and entry.flavour == EXACT and not entry.confident
+    assert "int8" in entry.note
+
+
+def test_f_gelu_default_is_exact(litert_torch_file, tmp_path):
+    """F.gelu (no approximate argument) converts like nn.GELU()."""
+    import litert_torch
+
+    torch.manual_seed(0)
+    model = _Mlp(_Lambda(F.gelu)).eval()
+    path = tmp_path / "f_gelu.tflite"
+    litert_torch.convert(model, (torch.randn(2, 8),)).export(str(path))
+    assert _measured(path) == [("GELU", EXACT, EXACT, True)]
