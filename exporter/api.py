@@ -52,9 +52,24 @@ def _describe_onnx(path: str | Path) -> dict[str, Any]:
     return info
 
 
+def _tflite_activation_sites(path: Path):
+    from verifiers.gelu.tflite_fingerprint import tflite_inventory
+
+    return tflite_inventory(path)
+
+
+def _describe_tflite(path: str | Path) -> dict[str, Any]:
+    from verifiers.gelu.inventory import describe_sites
+    from verifiers.tflite_model import describe as describe_tflite
+
+    info = describe_tflite(path)
+    info["gelu"] = describe_sites(_tflite_activation_sites(Path(path)))
+    return info
+
+
 # Artifact format -> what inspect shows, and its GELU and ReLU sites in graph order (GELUs measured).
-DESCRIBERS = {"onnx": _describe_onnx}
-ARTIFACT_INVENTORIES = {"onnx": _onnx_activation_sites}
+DESCRIBERS = {"onnx": _describe_onnx, "tflite": _describe_tflite}
+ARTIFACT_INVENTORIES = {"onnx": _onnx_activation_sites, "tflite": _tflite_activation_sites}
 SENSITIVITY_MAX_BYTES = 1 << 30
 
 
@@ -78,6 +93,7 @@ def export(
     out: str | Path,
     opset: int | None = None,
     exporter: str = "auto",
+    quantize: str | None = None,
     inputs: Sequence[str] = (),
     dynamic: Sequence[str] = (),
     atol: Sequence[str] = (),
@@ -91,15 +107,17 @@ def export(
     """Export MODEL to `to` at `opset`, verify the artifact, and publish it at `out` only if it passes."""
     out = Path(out)
     report = Report(command="export", model=model, format=to, requested_opset=opset, seed=seed,
-                    batches=batches, verified=verify)
+                    batches=batches, verified=verify, quantize=quantize)
     staging = None
     try:
         tolerances = Tolerances.parse(list(atol), list(rtol))
+        if quantize is not None:
+            report.notes.append(tolerances.scale_for(quantize))
         _check_opset(opset)
         with _timed(report, "load_source"):
             progress(f"loading {model}")
             source = load_source(model, [parse_input_spec(s) for s in inputs])
-        route = route_for(source.framework.name, to, exporter)
+        route = route_for(source.framework.name, to, exporter, quantize)
         axes = [parse_dynamic_axis(d) for d in dynamic]
         for axis in axes:
             if axis.input not in source.input_names:
@@ -111,17 +129,19 @@ def export(
             progress(f"running the source model on {len(feeds)} batch(es)")
             reference = [source.run(feed) for feed in feeds]
         staging = Staging(out, to)
-        request = ExportRequest(to, opset, exporter, axes, output_names=reference[0][0], sample_inputs=feeds[0])
+        request = ExportRequest(to, opset, exporter, axes, output_names=reference[0][0], sample_inputs=feeds[0],
+                                quantize=quantize)
         with _timed(report, "export"):
             result = route.export(source, request, staging.path, progress)
         report.exporter = result.exporter
         report.notes.extend(result.notes)
-        _check_artifact_opset(report, staging.path)
+        _record_artifact_facts(report, staging.path, to)
         if verify:
             try:
                 _verify_artifact(report, staging.path, to, source, feeds, reference, tolerances, progress)
             except InvalidArtifact as exc:
-                report.fail("target", f"{report.exporter} wrote an artifact that does not load: {exc}")
+                message = str(exc).replace(f"{staging.path}: ", "")
+                report.fail("target", f"{report.exporter} wrote an artifact that does not load: {message}")
         else:
             report.notes.append("verification skipped (--no-verify): the artifact was not run or compared")
         if report.exit_code == 0:
@@ -162,8 +182,7 @@ def verify(
         fmt = detect_format(artifact)
         report.format = fmt
         report.artifact = artifact_info(artifact, fmt)
-        if fmt == "onnx":
-            report.actual_opset = default_opset(load_structure(artifact))
+        _record_artifact_facts(report, artifact, fmt)
         with _timed(report, "load_artifact"):
             progress(f"loading {artifact} in {runner_for(fmt).runtime}")
             runner = runner_for(fmt)(artifact)
@@ -217,13 +236,29 @@ def _check_opset(opset: int | None) -> None:
         raise BadInput(f"--opset {opset}: must be a positive opset number")
 
 
-def _check_artifact_opset(report: Report, path: Path) -> None:
-    if report.format != "onnx":
-        return
+def _onnx_facts(report: Report, path: Path) -> None:
     report.actual_opset = default_opset(load_structure(path))
     if report.requested_opset is not None and report.actual_opset != report.requested_opset:
         report.fail("opset", f"asked for opset {report.requested_opset}, the artifact has opset "
                              f"{report.actual_opset} ({report.exporter})")
+
+
+def _tflite_facts(report: Report, path: Path) -> None:
+    from verifiers.tflite_model import describe as describe_tflite
+
+    info = describe_tflite(path)
+    report.min_runtime_version = info["min_runtime_version"]
+    if info["min_runtime_version_source"] == "computed":
+        report.notes.append(f"min_runtime_version {info['min_runtime_version']} computed from the op "
+                            "versions (the file carries no metadata)")
+
+
+# Artifact format -> what the report records about an artifact (its opset, its runtime version).
+ARTIFACT_FACTS = {"onnx": _onnx_facts, "tflite": _tflite_facts}
+
+
+def _record_artifact_facts(report: Report, path: Path, fmt: str) -> None:
+    ARTIFACT_FACTS[fmt](report, path)
 
 
 def _verify_artifact(report, path, fmt, source, feeds, reference, tolerances, progress) -> None:
@@ -245,17 +280,28 @@ def _compare(report: Report, runner: Runner, feeds, reference, tolerances: Toler
     artifact_feeds = [_artifact_feed(runner, feed) for feed in feeds]
     with _timed(report, "run_artifact"):
         progress(f"running the artifact on {len(feeds)} batch(es)")
-        artifact_outputs = []
+        runs: dict[str, list[list[np.ndarray]]] = {variant: [] for variant in runner.variants}
         for feed in artifact_feeds:
             try:
-                artifact_outputs.append(runner.run(feed))
+                outputs = runner.run_all(feed)
             except Exception as exc:
                 raise InvalidArtifact(f"the artifact failed to run: {one_line(exc)}") from exc
+            for variant in runner.variants:
+                runs[variant].append(outputs[variant])
     comparison = Comparison(ref_names, art_names, pairs, [r[2] for r in reference], artifact_feeds)
     with _timed(report, "compare"):
-        results, findings = comparison.against(artifact_outputs, tolerances)
-    report.outputs.extend(results)
-    report.failures.extend(findings)
+        for k, variant in enumerate(runner.variants):
+            results, findings = comparison.against(runs[variant], tolerances)
+            if k == 0:
+                report.outputs.extend(results)
+            else:
+                report.variant_outputs[variant] = results
+                for finding in findings:
+                    finding.message = f"({variant}) {finding.message}"
+            report.failures.extend(findings)
+    if len(runner.variants) > 1:
+        report.notes.append(f"{runner.runtime} ran the artifact {len(runner.variants)} ways: "
+                            f"{', '.join(runner.variants)} (outputs: {runner.variants[0]})")
     return comparison
 
 

@@ -49,11 +49,14 @@ def _finish(report) -> None:
 @app.command()
 def export(
     model: Annotated[str, typer.Argument(help="file.py:callable, model.keras or model.pt2")],
-    to: Annotated[str, typer.Option("--to", help="Artifact format: onnx.")],
+    to: Annotated[str, typer.Option("--to", help="Artifact format: onnx or tflite.")],
     out: Annotated[Path, typer.Option("--out", help="Where the verified artifact goes.")],
     opset: Annotated[Optional[int], typer.Option("--opset", help="ONNX opset (default domain) to export at.")] = None,
     exporter: Annotated[str, typer.Option(
-        "--exporter", help="auto, or force one: dynamo, torchscript (PyTorch), tf2onnx (Keras).")] = "auto",
+        "--exporter", help="auto, or force one: dynamo, torchscript (PyTorch -> ONNX), tf2onnx (Keras -> ONNX), "
+        "tflite-converter (Keras -> TFLite), litert-torch (PyTorch -> TFLite).")] = "auto",
+    quantize: Annotated[Optional[str], typer.Option(
+        "--quantize", help="TFLite: fp16 (float16 weights) or dynamic-int8 (dynamic-range int8).")] = None,
     inputs: InputOption = [],
     dynamic: Annotated[list[str], typer.Option("--dynamic", help="NAME:AXIS: make an input axis dynamic.")] = [],
     atol: AtolOption = [],
@@ -67,7 +70,7 @@ def export(
     from exporter import api
 
     result = api.export(
-        model, to=to, out=out, opset=opset, exporter=exporter, inputs=inputs, dynamic=dynamic, atol=atol,
+        model, to=to, out=out, opset=opset, exporter=exporter, quantize=quantize, inputs=inputs, dynamic=dynamic, atol=atol,
         rtol=rtol, seed=seed, batches=batches, verify=not no_verify, report_path=report, progress=_progress,
     )
     _finish(result)
@@ -75,7 +78,7 @@ def export(
 
 @app.command()
 def verify(
-    artifact: Annotated[Path, typer.Argument(help="The .onnx artifact to check.")],
+    artifact: Annotated[Path, typer.Argument(help="The .onnx or .tflite artifact to check.")],
     source: Annotated[str, typer.Option("--source", help="The source model: file.py:callable, .keras or .pt2.")],
     inputs: InputOption = [],
     atol: AtolOption = [],
@@ -104,17 +107,23 @@ def inspect(
     if as_json:
         typer.echo(json.dumps(info, indent=2))
         return
-    typer.echo(f"{info['path']}: {info['format']}, opset {info['opset']}, producer {info['producer'] or '?'}")
-    typer.echo("opset imports: " + ", ".join(f"{d} {v}" for d, v in info["opset_imports"].items()))
+    if info["format"] == "onnx":
+        typer.echo(f"{info['path']}: onnx, opset {info['opset']}, producer {info['producer'] or '?'}")
+        typer.echo("opset imports: " + ", ".join(f"{d} {v}" for d, v in info["opset_imports"].items()))
+    else:
+        typer.echo(f"{info['path']}: tflite, schema {info['schema_version']}, min_runtime_version "
+                   f"{info['min_runtime_version']} ({info['min_runtime_version_source']})")
     for kind in ("inputs", "outputs"):
         typer.echo(f"{kind}:")
         for tensor in info[kind]:
             shape = "x".join(str(d) for d in tensor["shape"]) or "scalar"
             typer.echo(f"  {tensor['name']}: {shape} {tensor['dtype']}")
+    versions = {op["op"]: op["version"] for op in info.get("ops", [])}
     typer.echo("ops:")
     for op, count in info["op_counts"].items():
-        typer.echo(f"  {op}: {count}")
-    if info["external_data"]:
+        version = f" v{versions[op]}" if op in versions else ""
+        typer.echo(f"  {op}{version}: {count}")
+    if info.get("external_data"):
         typer.echo("external data: " + ", ".join(info["external_data"]))
     typer.echo(f"GELU sites: {len(info['gelu'])}")
     for site in info["gelu"]:

@@ -24,6 +24,12 @@ DEFAULT_TOLERANCES: dict[str, Tolerance] = {
     "bfloat16": Tolerance(5e-2, 5e-2),
 }
 EXACT = Tolerance(0.0, 0.0)  # integer and boolean outputs must match exactly
+# Defaults for quantised artifacts, by --quantize mode: float16 weights are off by ~1e-3 relative,
+# int8 weights by ~1e-2 (measured on the fixture models: fp16 1.5e-3, dynamic int8 1.5e-2 max abs).
+QUANTIZED_TOLERANCES: dict[str, Tolerance] = {
+    "fp16": Tolerance(1e-2, 1e-2),
+    "dynamic-int8": Tolerance(5e-2, 5e-2),
+}
 
 
 @dataclass
@@ -53,6 +59,17 @@ class Tolerances:
                 else:
                     tolerances.rtol = number
         return tolerances
+
+    def scale_for(self, quantize: str) -> str:
+        """Default to the quantisation's tolerances where no global one was given; say what was set."""
+        scaled = QUANTIZED_TOLERANCES.get(quantize)
+        if scaled is None:
+            return f"no tolerance scaling known for --quantize {quantize}"
+        if self.atol is None:
+            self.atol = scaled.atol
+        if self.rtol is None:
+            self.rtol = scaled.rtol
+        return f"tolerances scaled for --quantize {quantize}: atol {self.atol:g}, rtol {self.rtol:g}"
 
     def for_output(self, name: str, dtype: np.dtype) -> Tolerance:
         dtype = np.dtype(dtype)

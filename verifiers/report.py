@@ -96,8 +96,12 @@ class Report:
     requested_opset: int | None = None
     actual_opset: int | None = None
     exporter: str | None = None
+    quantize: str | None = None
+    min_runtime_version: str | None = None  # TFLite artifacts
     verified: bool = True
     outputs: list[OutputResult] = field(default_factory=list)
+    # The same comparison for the runtime's other ways of running the artifact (LiteRT without XNNPACK).
+    variant_outputs: dict[str, list[OutputResult]] = field(default_factory=dict)
     gelu_guard: str = "not run"  # "checked", or "skipped: why"
     gelu: list[dict[str, Any]] = field(default_factory=list)  # one entry per GELU site pair
     # Per output: how far swapping every exact/tanh GELU of the artifact moves it.

@@ -563,6 +563,11 @@ def used_ops(model: TFLiteModel) -> list[tuple[str, int]]:
     return [(model.opcode(op).name, model.opcode(op).version) for sg in model.subgraphs for op in sg.operators]
 
 
+def weight_dtypes(model: TFLiteModel) -> set[str]:
+    """dtype names of the tensors that carry data (weights and other constants)."""
+    return {t.dtype for sg in model.subgraphs for t in sg.tensors if t.buffer > 0 and model.buffers[t.buffer][1] > 0}
+
+
 def computed_min_runtime_version(model: TFLiteModel) -> str | None:
     return min_runtime_version_for([key for key in used_ops(model)])
 

@@ -72,9 +72,8 @@ class TorchFramework(Framework):
                 result = module(**dict(zip(source.input_names, tensors)))
             else:
                 result = module(*tensors)
-        names, arrays = [], []
         real = isinstance(result, Mapping)
-        _flatten_outputs(result, "output", names, arrays)
+        names, arrays = _flatten_outputs(result)
         if not arrays:
             raise BadInput(f"{source.spec}: the model returned no tensors")
         return names, real, arrays
@@ -122,24 +121,23 @@ def _to_numpy(value: Any, name: str) -> np.ndarray:
     raise BadInput(f"example input {name!r} is a {type(value).__name__}; expected a tensor or an array")
 
 
-def _flatten_outputs(value: Any, name: str, names: list[str], arrays: list[np.ndarray]) -> None:
+def _flatten_outputs(value: Any) -> tuple[list[str], list[np.ndarray]]:
+    """Tensors of a model's output in the order torch.onnx flattens them (pytree), named by their
+    path: dict keys ("logits", "past_key_values_0_1") or positions ("output_0")."""
+    from torch.utils import _pytree as pytree
+
     torch = sys.modules["torch"]
-    if value is None:
-        return
     if isinstance(value, torch.Tensor):
+        return ["output"], [_to_numpy(value, "output")]
+    names, arrays = [], []
+    for path, leaf in pytree.tree_flatten_with_path(value)[0]:
+        if not isinstance(leaf, torch.Tensor):
+            continue
+        parts = [str(getattr(k, "key", getattr(k, "idx", getattr(k, "name", k)))) for k in path]
+        name = "_".join(parts) if parts and not parts[0].isdigit() else "_".join(["output", *parts])
         names.append(name)
-        arrays.append(_to_numpy(value, name))
-    elif isinstance(value, Mapping):
-        for key, item in value.items():
-            _flatten_outputs(item, str(key), names, arrays)
-    elif isinstance(value, (tuple, list)):
-        if len(value) == 1 and name == "output":
-            _flatten_outputs(value[0], name, names, arrays)
-            return
-        for i, item in enumerate(value):
-            _flatten_outputs(item, f"{name}_{i}", names, arrays)
-    else:
-        raise BadInput(f"the model returned a {type(value).__name__} at {name}; expected tensors")
+        arrays.append(_to_numpy(leaf, name))
+    return names, arrays
 
 
 def _exported_program_inputs(program: Any) -> list:

@@ -24,6 +24,7 @@ class ExportRequest:
     dynamic: list[DynamicAxis] = field(default_factory=list)
     output_names: list[str] = field(default_factory=list)  # the source's, given to the artifact
     sample_inputs: dict = field(default_factory=dict)  # one input batch, for tracing
+    quantize: str | None = None  # TFLite only: None, "fp16" (float16 weights) or "dynamic-int8" (dynamic range)
 
 
 @dataclass
@@ -36,6 +37,7 @@ class Route:
     framework: str
     format: str
     exporters: tuple[str, ...]  # values --exporter accepts besides "auto"
+    quantize_modes: tuple[str, ...] = ()  # values --quantize accepts
 
     def export(self, source: Source, request: ExportRequest, dest: Path, progress: Progress) -> ExportResult:
         raise NotImplementedError
@@ -53,7 +55,7 @@ def formats() -> list[str]:
     return sorted({fmt for _, fmt in ROUTES})
 
 
-def route_for(framework: str, fmt: str, exporter: str = "auto") -> Route:
+def route_for(framework: str, fmt: str, exporter: str = "auto", quantize: str | None = None) -> Route:
     route = ROUTES.get((framework, fmt))
     if route is None:
         raise BadInput(f"no route exports {framework} models to {fmt} (formats: {', '.join(formats())})")
@@ -62,7 +64,10 @@ def route_for(framework: str, fmt: str, exporter: str = "auto") -> Route:
             f"--exporter {exporter!r} does not export {framework} to {fmt} "
             f"(choose auto or one of {', '.join(route.exporters)})"
         )
+    if quantize is not None and quantize not in route.quantize_modes:
+        modes = f"choose one of {', '.join(route.quantize_modes)}" if route.quantize_modes else "it has none"
+        raise BadInput(f"--quantize {quantize!r} is not an option of {framework} -> {fmt} ({modes})")
     return route
 
 
-from exporter.routes import keras_onnx, torch_onnx  # noqa: E402,F401  (registration)
+from exporter.routes import keras_onnx, keras_tflite, torch_onnx, torch_tflite  # noqa: F401  (registration)

@@ -9,6 +9,7 @@ artifact's opset is checked against the request.
 
 from __future__ import annotations
 
+import functools
 import sys
 from pathlib import Path
 
@@ -38,11 +39,46 @@ def _export_torchscript(source, request, dest, args, kwargs, dynamic_axes):
         raise Incompatible("the TorchScript exporter cannot take a torch.export program (.pt2)")
     if request.opset is not None and request.opset > TORCHSCRIPT_MAX_OPSET:
         raise Incompatible(f"the TorchScript exporter stops at opset {TORCHSCRIPT_MAX_OPSET}")
+    # The TorchScript exporter traces with positional arguments, which breaks forward() signatures
+    # like transformers' ("got multiple values for argument 'use_cache'"): call by keyword instead.
+    model = keyword_call(source.model, source.input_names) if _takes_keywords(source) else source.model
+    if kwargs:
+        args, kwargs = tuple(kwargs.values()), None
     torch.onnx.export(
-        source.model, args, str(dest), kwargs=kwargs, dynamo=False, opset_version=request.opset,
+        model, args, str(dest), dynamo=False, opset_version=request.opset,
         input_names=source.input_names, output_names=request.output_names or None,
         dynamic_axes=dynamic_axes or None, do_constant_folding=True,
     )
+
+
+def _takes_keywords(source: Source) -> bool:
+    import inspect
+
+    try:
+        params = inspect.signature(source.model.forward).parameters
+    except (TypeError, ValueError):
+        return False
+    return all(name in params for name in source.input_names)
+
+
+@functools.cache
+def _keyword_call_class():
+    torch = sys.modules["torch"]
+
+    class KeywordCall(torch.nn.Module):
+        def __init__(self, model, names):
+            super().__init__()
+            self.model, self.names = model, list(names)
+
+        def forward(self, *args):
+            return self.model(**dict(zip(self.names, args)))
+
+    return KeywordCall
+
+
+def keyword_call(model, names):
+    """`model` as a module that takes its inputs positionally and passes them on by name."""
+    return _keyword_call_class()(model, names)
 
 
 EXPORTERS = {"dynamo": _export_dynamo, "torchscript": _export_torchscript}
@@ -85,7 +121,7 @@ class TorchToOnnx(Route):
                 attempts.append(f"{label}: {exc}")
                 continue
             except Exception as exc:
-                attempts.append(f"{label} failed: {one_line(exc)}")
+                attempts.append(f"{label} failed: {_root_cause(exc)}")
                 continue
             produced = default_opset(load_structure(dest))
             if request.opset is None or produced == request.opset:
@@ -96,6 +132,13 @@ class TorchToOnnx(Route):
         _remove_artifact(dest)
         asked = f"asked for opset {request.opset}" if request.opset else "export failed"
         raise Incompatible(f"{asked}: " + "; ".join(attempts), kind="opset" if mismatch else "target")
+
+
+def _root_cause(exc: BaseException) -> str:
+    """One line for an exporter failure: the innermost cause (torch.onnx wraps the real error)."""
+    while exc.__cause__ is not None:
+        exc = exc.__cause__
+    return one_line(exc)
 
 
 def _remove_artifact(dest: Path) -> None:

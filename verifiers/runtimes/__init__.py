@@ -31,6 +31,7 @@ class InvalidArtifact(ExportgateError):
 class Runner:
     format: str
     runtime: str  # distribution name, for the report
+    variants: tuple[str, ...] = ("default",)  # ways it runs an artifact; the first is the one that ships
 
     def __init__(self, path: Path):
         raise NotImplementedError
@@ -40,6 +41,10 @@ class Runner:
 
     def run(self, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
         raise NotImplementedError
+
+    def run_all(self, feed: dict[str, np.ndarray]) -> dict[str, list[np.ndarray]]:
+        """Outputs of every variant, by variant name."""
+        return {self.variants[0]: self.run(feed)}
 
 
 RUNNERS: dict[str, type[Runner]] = {}
@@ -57,4 +62,4 @@ def runner_for(fmt: str) -> type[Runner]:
         raise ExportgateError(f"no runtime here runs {fmt} artifacts", kind="target") from None
 
 
-from verifiers.runtimes import onnxruntime_runner  # noqa: E402,F401  (registration)
+from verifiers.runtimes import litert_runner, onnxruntime_runner  # noqa: F401  (registration)

@@ -1,0 +1,141 @@
+"""PyTorch -> TFLite through litert-torch, run in ai-edge-litert (XNNPACK and builtin)."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from exporter.errors import Incompatible
+from exporter.routes import ROUTES, ExportRequest
+from exporter.sources import DynamicAxis, load_source, make_batches
+from fixtures.specs import torch_model
+from verifiers.runtimes import runner_for
+from verifiers.runtimes.litert_runner import LiteRtRunner
+from verifiers.tflite_model import load_tflite
+
+MODELS = ["mlp_exact", "mlp_tanh", "block_exact", "block_tanh"]
+# Max abs error against PyTorch. float32: ~2e-6 at most (block_tanh with XNNPACK).
+# fp16 weights: ~3e-4. dynamic-int8 (ai-edge-quantizer, int8 channelwise weights): ~1.5e-2.
+ATOL = {None: 1e-5, "fp16": 2e-3, "dynamic-int8": 5e-2}
+
+
+def gelu_flags(path) -> list[bool]:
+    """GeluOptions.approximate of every GELU op (no options table means exact)."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    model = schema.Model.GetRootAs(Path(path).read_bytes(), 0)
+    codes = [max(model.OperatorCodes(i).BuiltinCode(), model.OperatorCodes(i).DeprecatedBuiltinCode())
+             for i in range(model.OperatorCodesLength())]
+    flags = []
+    for s in range(model.SubgraphsLength()):
+        graph = model.Subgraphs(s)
+        for o in range(graph.OperatorsLength()):
+            op = graph.Operators(o)
+            if codes[op.OpcodeIndex()] != schema.BuiltinOperator.GELU:
+                continue
+            table = op.BuiltinOptions()
+            if table is None:
+                flags.append(False)
+                continue
+            options = schema.GeluOptions()
+            options.Init(table.Bytes, table.Pos)
+            flags.append(bool(options.Approximate()))
+    return flags
+
+
+@pytest.fixture(scope="module")
+def export(tmp_path_factory):
+    """export(name, quantize) -> (source, feeds, reference, path, result), converted once per module."""
+    cache = {}
+    folder = tmp_path_factory.mktemp("torch_tflite")
+
+    def _export(name, quantize=None):
+        if (name, quantize) not in cache:
+            source = load_source(torch_model(name))
+            feeds = make_batches(source, 0, 2)
+            reference = [source.run(feed) for feed in feeds]
+            path = folder / f"{name}_{quantize}.tflite"
+            result = ROUTES[("torch", "tflite")].export(
+                source, ExportRequest("tflite", output_names=reference[0][0], sample_inputs=feeds[0],
+                                      quantize=quantize),
+                path, progress=lambda m: None)
+            cache[(name, quantize)] = (source, feeds, reference, path, result)
+        return cache[(name, quantize)]
+
+    return _export
+
+
+def max_errors(runner, feeds, reference) -> dict[str, float]:
+    errors = {"xnnpack": 0.0, "builtin": 0.0}
+    for feed, (names, _, arrays) in zip(feeds, reference):
+        assert [o.name for o in runner.outputs] == names
+        for key, outputs in runner.run_all({i.name: feed[i.name] for i in runner.inputs}).items():
+            errors[key] = max(errors[key], *(float(np.abs(a - b).max()) for a, b in zip(outputs, arrays)))
+    return errors
+
+
+@pytest.mark.parametrize("quantize", [None, "fp16"])
+@pytest.mark.parametrize("name", MODELS)
+def test_matches_torch_in_both_interpreters(export, name, quantize):
+    source, feeds, reference, path, result = export(name, quantize)
+
+    assert path.read_bytes()[4:8] == b"TFL3"
+    assert result.exporter.startswith("litert-torch ")
+    assert any("NCHW" in note for note in result.notes)
+    runner = runner_for("tflite")(path)
+    assert [i.name for i in runner.inputs] == source.input_names  # not args_0
+    errors = max_errors(runner, feeds, reference)
+    assert max(errors.values()) < ATOL[quantize], errors
+    assert gelu_flags(path) == [name.endswith("_tanh")]
+
+
+def test_dynamic_int8(export):
+    _, feeds, reference, path, result = export("mlp_exact", "dynamic-int8")
+    errors = max_errors(LiteRtRunner(path), feeds, reference)
+    assert 1e-4 < max(errors.values()) < ATOL["dynamic-int8"], errors
+    assert gelu_flags(path) == [False]  # GELU stays float32 with its flag
+    assert any("dynamic-int8" in note for note in result.notes)
+    assert not any(op.startswith("Flex") for op in [code.name for code in load_tflite(path).opcodes])
+
+
+def test_keyword_inputs_keep_their_names_and_int64(export):
+    _, feeds, reference, path, result = export("keyword_inputs")
+    runner = LiteRtRunner(path)
+    assert [(i.name, i.dtype) for i in runner.inputs] == [("input_ids", "int64"), ("scale", "float32")]
+    assert [o.name for o in runner.outputs] == ["logits"]
+    assert any("enable_x64" in note for note in result.notes)
+    assert max(max_errors(runner, feeds, reference).values()) < 1e-5
+
+
+def test_dynamic_axes_are_refused(tmp_path):
+    source = load_source(torch_model("mlp_exact"))
+    with pytest.raises(Incompatible, match="dynamic"):
+        ROUTES[("torch", "tflite")].export(
+            source, ExportRequest("tflite", dynamic=[DynamicAxis("input", 0)], sample_inputs=source.example),
+            tmp_path / "m.tflite", progress=lambda m: None)
+
+
+def test_without_output_names_or_sample_inputs(tmp_path):
+    """Called bare, the route takes the example inputs and the source's own output names."""
+    source = load_source(torch_model("mlp_tanh"))
+    ROUTES[("torch", "tflite")].export(source, ExportRequest("tflite"), tmp_path / "m.tflite", progress=lambda m: None)
+    runner = LiteRtRunner(tmp_path / "m.tflite")
+    assert [o.name for o in runner.outputs] == ["output"]
+    feed = make_batches(source, 3, 1)[-1]
+    np.testing.assert_allclose(runner.run(feed)[0], source.run(feed)[2][0], atol=1e-5)
+
+
+def test_torch_export_program(tmp_path):
+    """A .pt2 source: its module() refuses eval(), which the route must not call."""
+    import torch
+
+    from fixtures.models.torch_models import block_exact
+
+    model, example = block_exact()
+    torch.export.save(torch.export.export(model, example), tmp_path / "block.pt2")
+    source = load_source(str(tmp_path / "block.pt2"))
+    ROUTES[("torch", "tflite")].export(source, ExportRequest("tflite"), tmp_path / "m.tflite", progress=lambda m: None)
+    runner = LiteRtRunner(tmp_path / "m.tflite")
+    assert [i.name for i in runner.inputs] == source.input_names
+    feed = make_batches(source, 0, 1)[0]
+    np.testing.assert_allclose(runner.run(feed)[0], source.run(feed)[2][0], atol=1e-5)
