@@ -52,14 +52,13 @@ def test_corrupt_file_is_exit_2_in_one_line(built, cli, name):
         assert len(errors) == 1 and fixture.path.name in errors[0]
 
 
-@pytest.mark.parametrize("spec, quantize", [
-    (keras_model("functional_activation"), None),
-    (keras_model("functional_ops"), "fp16"),
-    (keras_model("convnext_block"), None),
-    (keras_model("convnext_block"), "fp16"),
-    (torch_model("mlp_exact"), None),
-    (torch_model("block_tanh"), "fp16"),
-])
+SOURCES = [keras_model(n) for n in ("sequential_activation", "functional_approximate", "functional_ops",
+                                    "convnext_block")]
+SOURCES += [torch_model(n) for n in ("mlp_exact", "mlp_tanh", "block_exact", "block_tanh")]
+
+
+@pytest.mark.parametrize("quantize", [None, "fp16"])
+@pytest.mark.parametrize("spec", SOURCES, ids=lambda spec: spec.rsplit("/", 1)[-1])
 def test_export_to_tflite_verifies_with_both_interpreters(tmp_path, spec, quantize):
     report = api.export(spec, to="tflite", quantize=quantize, out=tmp_path / "m.tflite")
     assert report.exit_code == 0, report.summary_lines()
