@@ -5,9 +5,12 @@ The exit code is derived from the findings here and nowhere else.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
+import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -114,6 +117,15 @@ class Report:
     example_batch: bool = False  # whether the source's example inputs ran too
     rejected_artifact: str | None = None
     versions: dict[str, str] = field(default_factory=library_versions)
+
+    @contextlib.contextmanager
+    def timed(self, step: str) -> Iterator[None]:
+        """Record how long a step took in timings[step]."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.timings[step] = round(time.perf_counter() - start, 4)
 
     def fail(self, kind: str, message: str, **details: Any) -> Finding:
         finding = Finding(kind=kind, message=message, **details)
