@@ -60,13 +60,13 @@ def test_shipped_matrix_loads_and_validates(shipped):
 def test_shipped_matrix_key_facts(shipped):
     assert [shipped[f"ort-{v}"].max_opset for v in ("1.14", "1.16", "1.17", "1.18", "1.22")] == [18, 19, 20, 21, 22]
     assert shipped["ort-1.16"].gelu["gelu_op"] is False and shipped["ort-1.17"].gelu["gelu_op"] is True
-    assert shipped["tflite-2.8"].gelu["builtin"] is False and shipped["tflite-2.9"].gelu["builtin"] is True
+    assert shipped["tflite-2.7"].gelu["builtin"] is False and shipped["tflite-2.9"].gelu["builtin"] is True
     assert shipped["tflite-2.9"].gelu["sign_op"] is False and shipped["tflite-2.11"].gelu["sign_op"] is True
 
 
-def test_only_the_tested_runtime_claims_confirmation(shipped):
-    confirmed = {name: set(t.confirmed_by_test) for name, t in shipped.items() if t.confirmed_by_test}
-    assert confirmed == {"ort-1.32": CONFIRMED_BY_TESTS}
+def test_the_installed_runtime_claims_what_these_tests_confirm(shipped):
+    # Older runtimes' confirmations are kept in step by tests/compat/test_old_runtimes.py.
+    assert set(shipped["ort-1.32"].confirmed_by_test) == CONFIRMED_BY_TESTS
 
 
 # ------------------------------------------------------------- user files and errors
