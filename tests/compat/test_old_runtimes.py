@@ -14,7 +14,16 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
-from runtime_venvs import ORT_1_16, ORT_1_17, TFLITE_2_7, TFLITE_2_8, RuntimeSpec, Unavailable, run_model, runtime_venv
+from runtime_venvs import (
+    ORT_1_16,
+    ORT_1_17,
+    TFLITE_2_7,
+    TFLITE_2_8,
+    RuntimeSpec,
+    Unavailable,
+    run_model,
+    runtime_venv,
+)
 
 from exporter.targets import load_targets
 from verifiers.tflite_model import load_tflite, used_ops

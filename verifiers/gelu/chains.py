@@ -6,17 +6,30 @@ precision they were stored in, numpy's or ml_dtypes' such as bfloat16). The voca
 
 - Mul, Div, Neg, Pow, Add, Sub: elementwise arithmetic (inputs in ONNX order);
 - Erf, Tanh, Sigmoid: the cores of the chains below;
-- Gelu (attrs["approximate"] = "none" | "tanh") and Relu: one-node activations.
+- Gelu (attrs["approximate"] = "none" | "tanh") and Relu: one-node activations;
+- Exp, Abs: read only inside erf units (below).
 
 Any other op name is opaque: it only counts as a consumer of its inputs. Chains are matched by
 structure, whatever the operand order: erf chains 0.5*x*(1+erf(x/sqrt2)) (also
 0.5*x*(1-erf(-x/sqrt2)), the erfc form), tanh chains 0.5*x*(1+tanh(sqrt(2/pi)*(x+0.044715*x^3)))
 with Pow or Mul cubes, and sigmoid chains x*sigmoid(1.702*x). The structure gives the claimed
 flavour; constants that do not match the catalogue turn the claim into `unknown`.
+
+Erf units: a target without an erf op (old TFLite runtimes, delegates) gets erf written out,
+e.g. as exportgate's sign-free Abramowitz & Stegun 7.1.26 form erf(z) = q(relu(-z)) - q(relu(z)),
+q(u) = (a1 t + ... + a5 t^5) exp(-u^2), t = 1/(1 + p u). `find_erf_units` finds such units: from a
+tensor z read by Relu/Abs (or by Neg then Relu), the elementwise ops (Mul, Add, Sub, Div, Neg, Exp,
+Relu, Abs) computable from z and scalar constants alone are evaluated in float64 on [-6, 6]; a
+tensor among them within ERF_UNIT_TOLERANCE of erf(z) (or twice the machine epsilon of the
+coarsest constant read: float16 constants put A&S 7e-4 from erf), whose ops leave nothing else
+to the rest of the graph, is an erf unit. `find_sites` and `find_relu_sites` see each unit as one neutral "Erf"
+node (so the erf-chain matcher claims the GELU around it, and a unit's Relus are no ReLU sites);
+a site lists every node of its units.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -313,6 +326,141 @@ class ChainGraph:
         return Match("Gelu", claimed, frozenset({i}), node.inputs[0], node.outputs[0], f"approximate='{approximate}'")
 
 
+# ---- erf units -----------------------------------------------------------------------------
+
+ERF_UNIT_OPS = ("Mul", "Add", "Sub", "Div", "Neg", "Exp", "Relu", "Abs")
+ERF_UNIT_TOLERANCE = 1e-5  # exportgate's A&S unit is within 1.5e-7 of erf; litert-torch's rational one ~1e-6
+_MAX_UNIT_NODES = 96
+_UNIT_GRID = np.linspace(-6.0, 6.0, 481)
+_UNIT_ERF = np.vectorize(math.erf, otypes=[np.float64])(_UNIT_GRID)
+_UNIT_FNS: dict[str, Callable[..., np.ndarray]] = {
+    "Mul": np.multiply, "Add": np.add, "Sub": np.subtract, "Div": np.divide, "Neg": np.negative,
+    "Exp": np.exp, "Relu": lambda v: np.maximum(v, 0.0), "Abs": np.abs,
+}
+UNIT_LABELS = "unit_labels"  # attrs key of a collapsed unit's neutral Erf node: its nodes' labels
+
+
+@dataclass(frozen=True)
+class ErfUnit:
+    """An erf written out in elementwise ops: node indices (graph order), z, erf(z), max error."""
+
+    nodes: tuple[int, ...]
+    input: str
+    output: str
+    error: float
+
+
+def _unit_roots(graph: ChainGraph) -> list[str]:
+    """Tensors an erf unit may start from: read by Relu or Abs, or by a Neg whose output a Relu reads."""
+    roots: list[str] = []
+    for node in graph.nodes:
+        if node.op in ("Relu", "Abs") and node.inputs:
+            roots.append(node.inputs[0])
+            j = graph.producer.get(node.inputs[0])
+            if j is not None and graph.nodes[j].op == "Neg":
+                roots.append(graph.nodes[j].inputs[0])
+    return list(dict.fromkeys(roots))
+
+
+def _forward_closure(graph: ChainGraph, root: str) -> list[int]:
+    """Unit ops computable from root and scalar constants alone (at most _MAX_UNIT_NODES), graph order."""
+    known, closure, queue = {root}, set(), [root]
+    while queue and len(closure) < _MAX_UNIT_NODES:
+        for i in graph.consumers.get(queue.pop(), []):
+            node = graph.nodes[i]
+            if i in closure or node.op not in ERF_UNIT_OPS or len(node.outputs) != 1:
+                continue
+            if all(t in known or graph.scalar(t) is not None for t in node.inputs):
+                closure.add(i)
+                known.add(node.outputs[0])
+                queue.append(node.outputs[0])
+    return sorted(closure)
+
+
+def _erf_unit(graph: ChainGraph, root: str) -> ErfUnit | None:
+    closure = _forward_closure(graph, root)
+    if not any(graph.nodes[i].op == "Exp" for i in closure):
+        return None
+    values = {root: _UNIT_GRID}
+    found, eps = None, 0.0
+    with np.errstate(all="ignore"):
+        for i in closure:
+            node = graph.nodes[i]
+            args = []
+            for t in node.inputs:
+                if t in values:
+                    args.append(values[t])
+                else:
+                    const = graph.scalar(t)
+                    args.append(const.coeff)
+                    eps = max(eps, const.eps)
+            arity = 1 if node.op in ("Neg", "Exp", "Relu", "Abs") else 2
+            if len(args) != arity:
+                return None
+            out = np.broadcast_to(np.asarray(_UNIT_FNS[node.op](*args), dtype=np.float64), _UNIT_GRID.shape)
+            values[node.outputs[0]] = out
+            error = float(np.max(np.abs(out - _UNIT_ERF)))
+            # constants stored in float16 (eps 1e-3) put A&S 7e-4 from erf
+            if error <= max(ERF_UNIT_TOLERANCE, 2.0 * eps):  # NaN compares false
+                found = (i, error)
+                break
+    if found is None:
+        return None
+    last, error = found
+    inside = set(closure)
+    cone, stack = set(), [last]
+    while stack:
+        i = stack.pop()
+        if i in cone:
+            continue
+        cone.add(i)
+        stack.extend(j for t in graph.nodes[i].inputs if (j := graph.producer.get(t)) is not None and j in inside)
+    output = graph.nodes[last].outputs[0]
+    for i in cone:  # only the erf leaves the unit
+        t = graph.nodes[i].outputs[0]
+        if t != output and (t in graph.graph_outputs or any(c not in cone for c in graph.consumers.get(t, []))):
+            return None
+    return ErfUnit(tuple(sorted(cone)), root, output, error)
+
+
+def find_erf_units(graph: ChainGraph) -> list[ErfUnit]:
+    """Erf written out in elementwise ops on scalar constants (see the module docstring), graph order."""
+    units: list[ErfUnit] = []
+    taken: set[int] = set()
+    for root in _unit_roots(graph):
+        unit = _erf_unit(graph, root)
+        if unit is not None and not taken & set(unit.nodes):
+            units.append(unit)
+            taken |= set(unit.nodes)
+    return sorted(units, key=lambda u: u.nodes[0])
+
+
+def with_erf_units(graph: ChainGraph) -> ChainGraph:
+    """The graph with each erf unit as one neutral Erf node (where its last node stood), labelled by
+    its first node, attrs[UNIT_LABELS] naming all its nodes; the graph itself when there is none."""
+    units = find_erf_units(graph)
+    if not units:
+        return graph
+    last = {u.nodes[-1]: u for u in units}
+    inside = {i for u in units for i in u.nodes}
+    nodes = []
+    for i, node in enumerate(graph.nodes):
+        unit = last.get(i)
+        if unit is not None:
+            labels = tuple(dict.fromkeys(graph.nodes[j].name for j in unit.nodes))
+            nodes.append(OpNode(labels[0], "Erf", (unit.input,), (unit.output,),
+                                {UNIT_LABELS: labels, "error": unit.error}))
+        elif i not in inside:
+            nodes.append(node)
+    return ChainGraph(nodes, graph.constants, graph.graph_outputs)
+
+
+def _unit_note(graph: ChainGraph, match: Match) -> str:
+    units = [graph.nodes[j].attrs for j in sorted(match.nodes) if UNIT_LABELS in graph.nodes[j].attrs]
+    notes = [f"erf written out ({len(a[UNIT_LABELS])} ops, {a['error']:.1g} from erf)" for a in units]
+    return "; ".join([match.note, *notes]) if notes else match.note
+
+
 Matcher = Callable[[ChainGraph, int], Match | None]
 
 _MATCHERS: dict[str, Matcher] = {
@@ -327,8 +475,11 @@ def find_sites(graph: ChainGraph, fused: Matcher | None = None) -> list[Site]:
     """Every GELU site of a neutral graph, in graph order, ids "{k}:{first node}".
 
     fused matches the adapter's own one-node ops (tried on nodes no shared matcher takes). A
-    source node expanded into several neutral nodes (TF's Erfc) is listed once.
+    source node expanded into several neutral nodes (TF's Erfc) is listed once. Erf units
+    (`find_erf_units`) are matched as one Erf; a site lists all their nodes, in graph order.
     """
+    order = {node.name: i for i, node in reversed(list(enumerate(graph.nodes)))}
+    graph = with_erf_units(graph)
     matches: list[Match] = []
     covered: set[int] = set()
     for i, node in enumerate(graph.nodes):
@@ -342,14 +493,17 @@ def find_sites(graph: ChainGraph, fused: Matcher | None = None) -> list[Site]:
     matches.sort(key=lambda m: min(m.nodes))
     sites = []
     for k, m in enumerate(matches):
-        labels = tuple(dict.fromkeys(graph.nodes[j].name for j in sorted(m.nodes)))
-        sites.append(Site(f"{k}:{labels[0]}", m.op, m.claimed, labels, m.input, m.output, m.note))
+        labels = [label for j in sorted(m.nodes)
+                  for label in graph.nodes[j].attrs.get(UNIT_LABELS, (graph.nodes[j].name,))]
+        labels = tuple(sorted(dict.fromkeys(labels), key=lambda label: order.get(label, len(order))))
+        sites.append(Site(f"{k}:{labels[0]}", m.op, m.claimed, labels, m.input, m.output, _unit_note(graph, m)))
     return sites
 
 
 def find_relu_sites(graph: ChainGraph, op: str) -> list[Site]:
-    """Relu nodes as sites (claimed relu, shown as `op`), ids "relu:{index}:{node}"."""
-    relus = [n for n in graph.nodes if n.op == "Relu"]
+    """Relu nodes as sites (claimed relu, shown as `op`), ids "relu:{index}:{node}" (a Relu inside
+    an erf unit is none)."""
+    relus = [n for n in with_erf_units(graph).nodes if n.op == "Relu"]
     return [
         Site(f"relu:{k}:{n.name}", op, RELU, (n.name,), n.inputs[0], n.outputs[0])
         for k, n in enumerate(relus)

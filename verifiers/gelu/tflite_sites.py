@@ -11,6 +11,9 @@ z -> MINIMUM(z, 4) -> MAXIMUM(., -4) = c, s = c*c, c*P(s) / Q(s) by Horner (MUL/
 constants), the DIV with fused RELU_N1_TO_1. Such a unit (clamp, then MUL/ADD/SUB/DIV on
 scalars, ending in a DIV) is evaluated in float64 and, when it is within 1e-5 of erf, becomes
 one neutral "Erf" node, so the shared erf-chain matcher claims 0.5*x*(1+erf(x/sqrt2)) around it.
+Erf written out without a clamp (exportgate's sign-free Abramowitz & Stegun form, RELU/NEG/MUL/
+ADD/DIV/EXP/SUB: see exporter/rewrites/tflite_gelu.py) is found by the shared recognizer,
+`chains.find_erf_units`; its RELU ops are no ReLU sites.
 
 Ops and tensors are labelled by name when the name is unique in the subgraph (Keras and
 litert-torch names carry the layer path), else "#{index}". Site ids are "{k}:{first op}";
@@ -34,7 +37,7 @@ SUBGRAPH = 0
 
 _OPS = {
     "MUL": "Mul", "ADD": "Add", "SUB": "Sub", "DIV": "Div", "NEG": "Neg", "POW": "Pow", "TANH": "Tanh",
-    "LOGISTIC": "Sigmoid", "RELU": "Relu", "GELU": "Gelu",
+    "LOGISTIC": "Sigmoid", "RELU": "Relu", "GELU": "Gelu", "EXP": "Exp", "ABS": "Abs",
 }
 # ActivationFunctionType: NONE 0, RELU 1, RELU_N1_TO_1 2, RELU6 3, TANH 4, SIGN_BIT 5.
 _ACTIVATIONS = {0: None, 1: "RELU", 2: "RELU_N1_TO_1", 3: "RELU6", 4: "TANH", 5: "SIGN_BIT"}
@@ -280,8 +283,10 @@ def _relu_sites(graph: TFLiteGraph) -> list[Site]:
     """
     sites = []
     sg = graph.subgraph
+    neutral, _ = chain_graph(graph)
+    in_units = {neutral.nodes[j].name for unit in chains.find_erf_units(neutral) for j in unit.nodes}
     for i, op in enumerate(sg.operators):
-        if not op.outputs or op.outputs[0] < 0:
+        if not op.outputs or op.outputs[0] < 0 or graph.op_labels[i] in in_units:
             continue
         out = graph.tensor_ids[op.outputs[0]]
         label = graph.op_labels[i]
