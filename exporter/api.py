@@ -10,7 +10,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Callable
 
-from exporter.errors import BadInput, ExportgateError
+from exporter.errors import BadInput, ExportgateError, Incompatible
+from exporter.gelu_policy import apply_gelu_policy
 from exporter.routes import ExportRequest, route_for
 from exporter.sources import (
     load_source,
@@ -19,6 +20,7 @@ from exporter.sources import (
     parse_input_spec,
 )
 from exporter.staging import Staging, companion_files, remove_artifact
+from exporter.target_fit import fit_ir_version
 from verifiers.compare import Tolerances
 from verifiers.formats import detect_format
 from verifiers.pipeline import (
@@ -48,6 +50,9 @@ def export(
     opset: int | None = None,
     exporter: str = "auto",
     quantize: str | None = None,
+    target: str | None = None,
+    gelu: str = "preserve",
+    matrix: str | Path | None = None,
     inputs: Sequence[str] = (),
     dynamic: Sequence[str] = (),
     atol: Sequence[str] = (),
@@ -58,7 +63,8 @@ def export(
     report_path: str | Path | None = None,
     progress: Progress = _silent,
 ) -> Report:
-    """Export MODEL to `to` at `opset`, verify the artifact, and publish it at `out` only if it passes."""
+    """Export MODEL to `to` at `opset` (or for `target`, with GELU in the form it runs under the
+    `gelu` policy), check it against the target, verify it, and publish it at `out` only if all pass."""
     out = Path(out)
     report = Report(command="export", model=model, format=to, requested_opset=opset, seed=seed,
                     batches=batches, verified=verify, quantize=quantize)
@@ -68,6 +74,11 @@ def export(
         if quantize is not None:
             report.notes.append(tolerances.scale_for(quantize))
         _check_opset(opset)
+        chosen = _target(target, matrix, to) if target else None
+        if chosen is not None and to == "onnx":
+            opset = _opset_for(chosen, opset)
+            report.requested_opset = opset
+        report.target = chosen.name if chosen else None
         with report.timed("load_source"):
             progress(f"loading {model}")
             source = load_source(model, [parse_input_spec(s) for s in inputs])
@@ -89,10 +100,18 @@ def export(
             result = route.export(source, request, staging.path, progress)
         report.exporter = result.exporter
         report.notes.extend(result.notes)
+        with report.timed("gelu_form"):
+            outcome = apply_gelu_policy(staging.path, to, gelu, chosen)
+        report.notes.extend(outcome.notes)
+        if chosen is not None:
+            report.notes.extend(filter(None, [fit_ir_version(staging.path, chosen)]))
         record_artifact_facts(report, staging.path, to)
+        if chosen is not None:
+            _check_target(report, staging.path, chosen)
         if verify:
             try:
-                verify_artifact(report, staging.path, to, source, feeds, reference, tolerances, progress)
+                verify_artifact(report, staging.path, to, source, feeds, reference, tolerances, progress,
+                                outcome.declared)
             except InvalidArtifact as exc:
                 message = str(exc).replace(f"{staging.path}: ", "")
                 report.fail("target", f"{report.exporter} wrote an artifact that does not load: {message}")
@@ -163,6 +182,63 @@ def inspect(artifact: str | Path) -> dict[str, Any]:
     measured flavours, without importing torch or TensorFlow."""
     fmt = detect_format(artifact)
     return describe_artifact(Path(artifact), fmt)
+
+
+def check(
+    artifact: str | Path, *, target: str, matrix: str | Path | None = None, report_path: str | Path | None = None,
+) -> Report:
+    """Every incompatibility of an artifact (from any tool) with a target; exit 4 when there is one."""
+    artifact = Path(artifact)
+    report = Report(command="check", target=target)
+    try:
+        fmt = detect_format(artifact)
+        report.format = fmt
+        report.artifact = artifact_info(artifact, fmt)
+        record_artifact_facts(report, artifact, fmt)
+        _check_target(report, artifact, _target(target, matrix, None))
+    except ExportgateError as exc:
+        report.fail(exc.kind, str(exc))
+    finally:
+        if report_path is not None:
+            report.write_json(report_path)
+    return report
+
+
+def targets(matrix: str | Path | None = None) -> list[dict[str, Any]]:
+    """The known targets (the packaged matrix plus `matrix`), as `exportgate targets` lists them."""
+    from dataclasses import asdict
+
+    from exporter.targets import load_targets
+
+    return [asdict(t) for t in load_targets(Path(matrix) if matrix else None).values()]
+
+
+def _target(name: str, matrix: str | Path | None, fmt: str | None):
+    from exporter.targets import get_target, load_targets
+
+    chosen = get_target(name, load_targets(Path(matrix) if matrix else None))
+    if fmt is not None and chosen.format != fmt:
+        raise BadInput(f"--target {name} runs {chosen.format} artifacts, not {fmt} (use --to {chosen.format})")
+    return chosen
+
+
+def _opset_for(target, opset: int | None) -> int:
+    """The requested opset, checked against the target; by default the highest the target loads,
+    up to 20 (Gelu-20, and the last opset both torch exporters honour)."""
+    if opset is None:
+        return min(target.max_opset, 20)
+    if opset > target.max_opset:
+        raise Incompatible(f"--opset {opset}: {target.name} loads opsets up to {target.max_opset}", kind="opset")
+    return opset
+
+
+def _check_target(report: Report, path: Path, target) -> None:
+    from verifiers.target_check import check_artifact, to_findings
+
+    with report.timed("target_check"):
+        found = check_artifact(path, target)
+    report.target_checks = [{"kind": i.kind, "message": i.message} for i in found]
+    report.failures.extend(to_findings(found))
 
 
 def artifact_info(path: Path, fmt: str) -> ArtifactInfo:

@@ -34,6 +34,8 @@ RtolOption = Annotated[list[str], typer.Option(
 SeedOption = Annotated[int, typer.Option("--seed", help="Seed for the random verification batches.")]
 BatchesOption = Annotated[int, typer.Option("--batches", min=0, help="Random batches besides the example inputs.")]
 ReportOption = Annotated[Optional[Path], typer.Option("--report", help="Write the JSON report here.")]
+MatrixOption = Annotated[Optional[Path], typer.Option(
+    "--matrix", help="A YAML file of targets that adds to or overrides opset_matrix.yaml.")]
 
 
 def _progress(message: str) -> None:
@@ -57,6 +59,13 @@ def export(
         "tflite-converter (Keras -> TFLite), litert-torch (PyTorch -> TFLite).")] = "auto",
     quantize: Annotated[Optional[str], typer.Option(
         "--quantize", help="TFLite: fp16 (float16 weights) or dynamic-int8 (dynamic-range int8).")] = None,
+    target: Annotated[Optional[str], typer.Option(
+        "--target", help="Export for this runtime or device (see `exportgate targets`), and check the artifact "
+        "against it before writing it.")] = None,
+    gelu: Annotated[str, typer.Option(
+        "--gelu", help="preserve: each GELU keeps its flavour, in a form the target runs; tanh: write every GELU "
+        "as tanh (declared); native: demand the native GELU op.")] = "preserve",
+    matrix: MatrixOption = None,
     inputs: InputOption = [],
     dynamic: Annotated[list[str], typer.Option("--dynamic", help="NAME:AXIS: make an input axis dynamic.")] = [],
     atol: AtolOption = [],
@@ -70,7 +79,8 @@ def export(
     from exporter import api
 
     result = api.export(
-        model, to=to, out=out, opset=opset, exporter=exporter, quantize=quantize, inputs=inputs, dynamic=dynamic, atol=atol,
+        model, to=to, out=out, opset=opset, exporter=exporter, quantize=quantize, target=target, gelu=gelu,
+        matrix=matrix, inputs=inputs, dynamic=dynamic, atol=atol,
         rtol=rtol, seed=seed, batches=batches, verify=not no_verify, report_path=report, progress=_progress,
     )
     _finish(result)
@@ -93,6 +103,44 @@ def verify(
     result = api.verify(artifact, source=source, inputs=inputs, atol=atol, rtol=rtol, seed=seed,
                         batches=batches, report_path=report, progress=_progress)
     _finish(result)
+
+
+@app.command()
+def check(
+    artifact: Annotated[Path, typer.Argument(help="The .onnx or .tflite artifact, from any tool.")],
+    target: Annotated[str, typer.Option("--target", help="The runtime or device (see `exportgate targets`).")],
+    matrix: MatrixOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    report: ReportOption = None,
+) -> None:
+    """List every incompatibility of ARTIFACT with a target: exit 4 when there is any, 0 when none."""
+    from exporter import api
+
+    result = api.check(artifact, target=target, matrix=matrix, report_path=report)
+    if as_json:
+        typer.echo(json.dumps(result.to_dict(), indent=2, default=str))
+    _finish(result)
+
+
+@app.command()
+def targets(
+    matrix: MatrixOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
+) -> None:
+    """List the runtimes and devices exportgate knows, with what each supports."""
+    from exporter import api
+
+    entries = api.targets(matrix)
+    if as_json:
+        typer.echo(json.dumps(entries, indent=2))
+        return
+    for entry in entries:
+        limit = (f"opset <= {entry['max_opset']}" if entry["format"] == "onnx"
+                 else f"runtime {entry['max_runtime_version'] or '(not sourced)'}")
+        gelu = ", ".join(f"{flag} {'yes' if value else 'no'}" for flag, value in entry["gelu"].items()
+                         if value is not None)
+        confirmed = f"; tested here: {', '.join(entry['confirmed_by_test'])}" if entry["confirmed_by_test"] else ""
+        typer.echo(f"{entry['name']}: {entry['format']}, {limit}; GELU: {gelu or 'no claim'}{confirmed}")
 
 
 @app.command()

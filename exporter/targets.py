@@ -48,6 +48,7 @@ class Target:
     runtime: str
     version: str
     max_opset: int | None  # onnx targets
+    max_ir_version: int | None  # onnx targets: highest ONNX IR version the runtime loads; None when not sourced
     max_runtime_version: str | None  # tflite targets; None when not sourced
     gelu: dict[str, bool | None]
     dtypes: tuple[str, ...] | None
@@ -61,6 +62,8 @@ class Target:
         limit = LIMIT_FIELD[self.format]
         if getattr(self, limit) is not None:
             keys.add(limit)
+        if self.max_ir_version is not None:
+            keys.add("max_ir_version")
         if self.dtypes is not None:
             keys.add("dtypes")
         if self.op_gaps:
@@ -123,7 +126,7 @@ def _build(name: str, raw: object, label: str) -> Target:
     if fmt not in FORMATS:
         raise fail("format", f"must be one of {', '.join(FORMATS)}")
     limit = LIMIT_FIELD[fmt]
-    unknown = sorted(set(raw) - COMMON_FIELDS - {limit})
+    unknown = sorted(set(raw) - COMMON_FIELDS - {limit} - ({"max_ir_version"} if fmt == "onnx" else set()))
     if unknown:
         raise fail(unknown[0], f"is not a field of {fmt} targets")
 
@@ -141,13 +144,17 @@ def _build(name: str, raw: object, label: str) -> Target:
     runtime = text("runtime", raw.get("runtime"))
     version = text("version", raw.get("version"))
 
-    max_opset = max_runtime_version = None
+    max_opset = max_runtime_version = max_ir_version = None
     if fmt == "onnx":
         max_opset = raw.get("max_opset")
         if isinstance(max_opset, bool) or not isinstance(max_opset, int):
             raise fail("max_opset", "must be an integer")
         if max_opset < 1:
             raise fail("max_opset", "must be positive")
+        max_ir_version = raw.get("max_ir_version")
+        if max_ir_version is not None and (isinstance(max_ir_version, bool) or not isinstance(max_ir_version, int)
+                                           or max_ir_version < 1):
+            raise fail("max_ir_version", "must be a positive integer or null")
     else:
         if limit not in raw:
             raise fail(limit, "is required (null when not sourced)")
@@ -192,6 +199,7 @@ def _build(name: str, raw: object, label: str) -> Target:
         runtime=runtime,
         version=version,
         max_opset=max_opset,
+        max_ir_version=max_ir_version,
         max_runtime_version=max_runtime_version,
         gelu=gelu,
         dtypes=dtypes,

@@ -86,12 +86,13 @@ def record_artifact_facts(report: Report, path: Path, fmt: str) -> None:
     ARTIFACT_FACTS[fmt](report, path)
 
 
-def verify_artifact(report, path, fmt, source, feeds, reference, tolerances, progress) -> None:
+def verify_artifact(report, path, fmt, source, feeds, reference, tolerances, progress,
+                    declared: dict[str, str] | None = None) -> None:
     with report.timed("load_artifact"):
         progress(f"loading the artifact in {runner_for(fmt).runtime}")
         runner = runner_for(fmt)(path)
     comparison = compare(report, runner, feeds, reference, tolerances, progress)
-    judge_gelu(report, source, path, fmt, feeds[0], comparison, tolerances, progress)
+    judge_gelu(report, source, path, fmt, feeds[0], comparison, tolerances, progress, declared)
 
 
 def compare(report: Report, runner: Runner, feeds, reference, tolerances: Tolerances, progress) -> Comparison:

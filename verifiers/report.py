@@ -100,6 +100,8 @@ class Report:
     actual_opset: int | None = None
     exporter: str | None = None
     quantize: str | None = None
+    target: str | None = None
+    target_checks: list[dict[str, Any]] = field(default_factory=list)  # incompatibilities with the target
     min_runtime_version: str | None = None  # TFLite artifacts
     verified: bool = True
     outputs: list[OutputResult] = field(default_factory=list)
@@ -172,6 +174,8 @@ class Report:
             detail.append(f"opset {self.actual_opset}")
         if self.exporter:
             detail.append(self.exporter)
+        if self.target:
+            detail.append(f"target {self.target}")
         head = f"{self.verdict.upper()} {what}"
         if detail:
             head += f" ({', '.join(detail)})"

@@ -48,7 +48,7 @@ from verifiers.tflite_model import (
     version_key,
 )
 
-KINDS = ("opset", "op", "dtype", "gelu", "runtime_version", "format")
+KINDS = ("opset", "ir_version", "op", "dtype", "gelu", "runtime_version", "format")
 MS_DOMAIN = "com.microsoft"
 CONTRIB_GELU_OPS = ("Gelu", "FastGelu", "BiasGelu", "QuickGelu")
 FORMAT_NAMES = {"onnx": "ONNX", "tflite": "TFLite"}
@@ -281,6 +281,12 @@ def _check_onnx(path: Path, target: Target) -> list[Incompatibility]:
             f"{_fact(target, 'max_opset', target.max_opset)}"
         ), {"opset": opset, "max_opset": target.max_opset, "fact": "max_opset",
             "sources": _sources(target, "max_opset")}))
+    if target.max_ir_version is not None and model.ir_version > target.max_ir_version:
+        out.append(Incompatibility("ir_version", (
+            f"model IR version {model.ir_version} is above {target.name}'s "
+            f"{_fact(target, 'max_ir_version', target.max_ir_version)}"
+        ), {"ir_version": model.ir_version, "max_ir_version": target.max_ir_version, "fact": "max_ir_version",
+            "sources": _sources(target, "max_ir_version")}))
 
     nodes = list(iter_nodes(model.graph))
     site_of = _onnx_sites(model)

@@ -1,0 +1,127 @@
+"""--gelu policies: GELU written in the form a target runs.
+
+preserve (default)  keep each GELU's flavour, in the fastest form the target runs: ONNX targets with
+                    Gelu-20 get one Gelu node per site (chains of certain flavour fused back); targets
+                    without Erf get exact GELU as an Erf-free polynomial; TFLite targets without the
+                    GELU builtin (or older than the runtime version it needs) get MUL/ADD/TANH chains
+                    and a SIGN-free erf polynomial. Without --target the artifact stays as exported.
+tanh                write every GELU as the tanh approximation: an explicit change of flavour, which
+                    the GELU guard lists as declared instead of failing.
+native              demand the native GELU op; exit 4 where the target has none.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from exporter.errors import BadInput, Incompatible
+from exporter.targets import Target
+
+POLICIES = ("preserve", "tanh", "native")
+# The TFLite runtime version the GELU builtin needs (runtime_version.cc; the converter stamps it).
+TFLITE_GELU_RUNTIME = "2.9.0"
+
+
+@dataclass
+class PolicyOutcome:
+    notes: list[str] = field(default_factory=list)
+    declared: dict[str, str] = field(default_factory=dict)  # source flavour -> flavour asked for
+
+
+def apply_gelu_policy(path: Path, fmt: str, policy: str, target: Target | None) -> PolicyOutcome:
+    """Rewrite the artifact at `path` in place as the policy and target require."""
+    if policy not in POLICIES:
+        raise BadInput(f"--gelu {policy!r}: choose one of {', '.join(POLICIES)}")
+    return FORMAT_POLICIES[fmt](Path(path), policy, target)
+
+
+def _onnx(path: Path, policy: str, target: Target | None) -> PolicyOutcome:
+    import onnx
+
+    from exporter.rewrites import (
+        ERF_FREE,
+        GELU_OP,
+        PRIMITIVES,
+        decompose_gelu_ops,
+        fuse_gelu_chains,
+        replace_site,
+    )
+    from verifiers.gelu.catalogue import EXACT, QUICK, TANH, UNKNOWN
+    from verifiers.gelu.onnx_sites import find_gelu_sites
+    from verifiers.onnx_model import default_opset
+
+    model = onnx.load(str(path))
+    opset = default_opset(model) or 0
+    where = f"{target.name}" if target else "the artifact"
+    gelu_op = opset >= 20 and (target is None or target.gelu.get("gelu_op") is not False)
+    erf = target is None or target.gelu.get("erf") is not False
+    outcome = PolicyOutcome()
+    if policy == "native" and not gelu_op:
+        raise Incompatible(f"--gelu native: {where} has no native Gelu op (opset {opset}"
+                           + (f", gelu_op: {target.gelu.get('gelu_op')}" if target else "") + ")")
+    rewritten = model
+    if policy == "tanh":
+        form = GELU_OP if gelu_op else PRIMITIVES
+        changed = [s for s in find_gelu_sites(model) if s.claimed != TANH]
+        for site in changed:
+            rewritten = replace_site(rewritten, site, TANH, form=form)
+        outcome.declared = {EXACT: TANH, QUICK: TANH, UNKNOWN: TANH}
+        outcome.notes.append(f"--gelu tanh: {len(changed)} GELU site(s) written as tanh (declared)")
+    elif gelu_op and (target is not None or policy == "native"):
+        rewritten = fuse_gelu_chains(model)
+        chains = sum(s.op != "Gelu" for s in find_gelu_sites(model)) - sum(
+            s.op != "Gelu" for s in find_gelu_sites(rewritten))
+        if chains:
+            outcome.notes.append(f"{chains} GELU chain(s) fused into Gelu-20 nodes for {where}")
+    elif target is not None:
+        rewritten = decompose_gelu_ops(model, exact_form=PRIMITIVES if erf else ERF_FREE)
+        if not erf:
+            for site in find_gelu_sites(rewritten):
+                if site.claimed == EXACT and site.op == "erf-chain":
+                    rewritten = replace_site(rewritten, site, EXACT, form=ERF_FREE)
+            outcome.notes.append(f"exact GELU written without Erf for {target.name} (Erf-free polynomial)")
+    if rewritten is not model:
+        _save_onnx(rewritten, path)
+    return outcome
+
+
+def _save_onnx(model, path: Path) -> None:
+    """Save in place, keeping weights in external data when the artifact had them."""
+    import onnx
+
+    from exporter.staging import companion_files
+
+    companions = companion_files(path, "onnx")
+    for name in companions:
+        (path.parent / name).unlink()
+    if companions:
+        onnx.save(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                  location=f"{path.name}.data")
+    else:
+        onnx.save(model, str(path))
+
+
+def _tflite(path: Path, policy: str, target: Target | None) -> PolicyOutcome:
+    from exporter.rewrites import lower_gelu_ops
+    from verifiers.target_check import version_greater
+    from verifiers.tflite_model import load_tflite
+
+    if policy == "tanh":
+        raise BadInput("--gelu tanh is not available for TFLite artifacts; write the model's GELUs as tanh "
+                       "(approximate=True) in the source")
+    has_builtin = any(code.name == "GELU" for code in load_tflite(path).opcodes)
+    runs_builtin = target is None or (
+        target.gelu.get("builtin") is not False
+        and not (target.max_runtime_version and version_greater(TFLITE_GELU_RUNTIME, target.max_runtime_version))
+    )
+    outcome = PolicyOutcome()
+    if policy == "native" and not runs_builtin:
+        raise Incompatible(f"--gelu native: {target.name} does not run the GELU builtin")
+    if has_builtin and not runs_builtin:
+        path.write_bytes(lower_gelu_ops(path.read_bytes()))
+        outcome.notes.append(f"GELU builtins written as MUL/ADD/TANH and erf-polynomial chains for {target.name}")
+    return outcome
+
+
+FORMAT_POLICIES = {"onnx": _onnx, "tflite": _tflite}

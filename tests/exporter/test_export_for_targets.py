@@ -1,0 +1,130 @@
+"""export --target and the --gelu policies: the artifact fits the target, and every GELU keeps the
+source's flavour by measurement (or changes as declared)."""
+
+import json
+
+import onnx
+import pytest
+import yaml
+
+from exporter import api
+from fixtures.specs import keras_model, torch_model
+from verifiers.onnx_model import iter_nodes
+
+
+def _ops(path):
+    return {n.op_type for n in iter_nodes(onnx.load(str(path), load_external_data=False).graph)}
+
+
+@pytest.mark.parametrize("target, opset, gelu_op", [
+    ("ort-1.16", 19, False), ("tensorrt-8.6", 17, False), ("ort-1.17", 20, True), ("ort-1.32", 20, True),
+])
+@pytest.mark.parametrize("model", ["mlp_exact", "block_tanh"])
+def test_preserve_fits_the_target_and_keeps_the_flavour(tmp_path, model, target, opset, gelu_op):
+    out = tmp_path / "m.onnx"
+    report = api.export(torch_model(model), to="onnx", target=target, out=out)
+    assert report.exit_code == 0, report.summary_lines()
+    assert report.actual_opset == opset and report.target_checks == []
+    assert [g["status"] for g in report.gelu] == ["kept"]
+    assert ("Gelu" in _ops(out)) is gelu_op
+
+
+def test_preserve_fuses_chains_into_gelu_for_a_gelu_20_target(tmp_path):
+    # A hand-written tanh formula stays a chain at every opset; for a Gelu-20 target it becomes one Gelu.
+    _write_gelu_new(tmp_path)
+    out = tmp_path / "m.onnx"
+    report = api.export(f"{tmp_path / 'gelu_new.py'}:build", to="onnx", target="ort-1.32", out=out)
+    assert report.exit_code == 0, report.summary_lines()
+    assert "Gelu" in _ops(out) and "Tanh" not in _ops(out)
+    assert any("fused into Gelu-20" in note for note in report.notes)
+    assert [(g["status"], g["source_op"], g["op"]) for g in report.gelu] == [("kept", "tanh-chain", "Gelu")]
+
+
+def _write_gelu_new(folder):
+    (folder / "gelu_new.py").write_text(
+        "import math\nimport torch\n\n\n"
+        "class GeluNew(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * torch.pow(x, 3))))\n\n\n"
+        "def build():\n"
+        "    torch.manual_seed(0)\n"
+        "    return torch.nn.Sequential(torch.nn.Linear(8, 8), GeluNew()), (torch.randn(2, 8),)\n")
+
+
+def test_a_target_without_erf_gets_the_erf_free_form(tmp_path):
+    matrix = tmp_path / "targets.yaml"
+    no_erf = {
+        "format": "onnx", "runtime": "some-npu", "version": "1", "max_opset": 17,
+        "gelu": {"gelu_op": False, "erf": False, "contrib_gelu": False},
+        "sources": [{"fact": f, "source": "vendor sheet", "quote": "..."}
+                    for f in ("max_opset", "gelu.gelu_op", "gelu.erf", "gelu.contrib_gelu")],
+    }
+    matrix.write_text(yaml.safe_dump({"schema": 1, "targets": {"npu-1": no_erf}}))
+    out = tmp_path / "m.onnx"
+    report = api.export(torch_model("mlp_exact"), to="onnx", target="npu-1", matrix=matrix, out=out)
+    assert report.exit_code == 0, report.summary_lines()
+    assert "Erf" not in _ops(out) and "Exp" in _ops(out)
+    assert [(g["status"], g["measured"]) for g in report.gelu] == [("kept", "exact")]
+
+
+def test_gelu_tanh_is_declared_not_failed(tmp_path):
+    report = api.export(torch_model("mlp_exact"), to="onnx", opset=17, gelu="tanh", out=tmp_path / "m.onnx")
+    assert report.exit_code == 0, report.summary_lines()
+    [entry] = report.gelu
+    assert (entry["status"], entry["source_flavour"], entry["measured"]) == ("declared", "exact", "tanh")
+
+
+def test_gelu_native_where_the_target_has_none_is_exit_4(tmp_path):
+    report = api.export(torch_model("mlp_exact"), to="onnx", target="ort-1.16", gelu="native", out=tmp_path / "m.onnx")
+    assert report.exit_code == 4
+    assert "--gelu native: ort-1.16 has no native Gelu op" in report.failures[0].message
+    tflite = api.export(keras_model("functional_activation"), to="tflite", target="tflite-2.9-gpu", gelu="native",
+                        out=tmp_path / "m.tflite")
+    assert tflite.exit_code == 4 and "does not run the GELU builtin" in tflite.failures[0].message
+
+
+def test_opset_above_the_target_is_exit_4(tmp_path):
+    report = api.export(torch_model("mlp_exact"), to="onnx", target="ort-1.16", opset=20, out=tmp_path / "m.onnx")
+    assert report.exit_code == 4 and report.failures[0].kind == "opset"
+
+
+def test_target_of_another_format_is_exit_2(tmp_path):
+    report = api.export(torch_model("mlp_exact"), to="onnx", target="tflite-2.9", out=tmp_path / "m.onnx")
+    assert report.exit_code == 2 and "runs tflite artifacts, not onnx" in report.failures[0].message
+
+
+def test_malformed_matrix_names_the_entry_and_the_field(cli, tmp_path):
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump({"schema": 1, "targets": {"ort-9.9": {
+        "format": "onnx", "runtime": "onnxruntime", "version": "9.9", "max_opset": "lots"}}}))
+    result = cli("targets", "--matrix", "bad.yaml")
+    assert result.returncode == 2
+    assert "bad.yaml: target 'ort-9.9': field 'max_opset' must be an integer" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_check_cli_flags_gelu_20_for_ort_1_16_and_passes_a_fitting_artifact(cli, tmp_path):
+    assert cli("export", torch_model("mlp_exact"), "--to", "onnx", "--opset", "20", "--out", "g20.onnx").returncode == 0
+    flagged = cli("check", "g20.onnx", "--target", "ort-1.16", "--json")
+    assert flagged.returncode == 4
+    report = json.loads(flagged.stdout)
+    assert {c["kind"] for c in report["target_checks"]} >= {"opset", "gelu"}
+    assert cli("export", torch_model("mlp_exact"), "--to", "onnx", "--target", "ort-1.16",
+               "--out", "fit.onnx").returncode == 0
+    assert cli("check", "fit.onnx", "--target", "ort-1.16").returncode == 0
+
+
+def test_check_cli_flags_the_gelu_builtin_for_tflite_2_8_and_the_gpu_delegate(cli):
+    assert cli("export", keras_model("functional_activation"), "--to", "tflite", "--out", "m.tflite").returncode == 0
+    for target in ("tflite-2.8", "tflite-2.9-gpu"):
+        result = cli("check", "m.tflite", "--target", target)
+        assert result.returncode == 4, result.stderr
+        assert "[target]" in result.stderr
+    assert cli("check", "m.tflite", "--target", "tflite-2.9").returncode == 0
+
+
+def test_targets_cli_lists_sources_and_confirmations(cli):
+    result = cli("targets", "--json")
+    entries = {e["name"]: e for e in json.loads(result.stdout)}
+    assert entries["ort-1.16"]["max_opset"] == 19 and entries["ort-1.16"]["max_ir_version"] == 9
+    assert "max_opset" in entries["ort-1.16"]["confirmed_by_test"]
+    assert all(e["sources"] for e in entries.values())
