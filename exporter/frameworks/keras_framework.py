@@ -103,19 +103,50 @@ class KerasFramework(Framework):
     def activation_sites(self, source, feed):
         from verifiers.gelu.keras_sites import keras_activation_sites
 
+        return keras_activation_sites(source.model, self.tensor_signature(source))
+
+    def tensor_signature(self, source, dynamic: set[tuple[str, int]] = frozenset()) -> list:
+        """tf.TensorSpecs of the source's inputs, named as the source names them; the (input, axis)
+        pairs in `dynamic` become None."""
         tf = self.require("tensorflow")
-        signature = [tf.TensorSpec(spec.shape, tf.as_dtype(spec.dtype), name=spec.name) for spec in source.inputs]
-        return keras_activation_sites(source.model, signature)
+        return [
+            tf.TensorSpec([None if (spec.name, axis) in dynamic else dim for axis, dim in enumerate(spec.shape)],
+                          tf.as_dtype(spec.dtype), name=spec.name)
+            for spec in source.inputs
+        ]
+
+    def serving_function(self, source, output_names: list[str]):
+        """A function of the inputs (positionally, in the source's order) returning
+        {output name: tensor}: traced, it gives artifacts the source's input and output names."""
+        model, names, by_keyword = source.model, source.input_names, source.by_keyword
+
+        def serve(*args):
+            if by_keyword:
+                result = model(dict(zip(names, args)), training=False)
+            else:
+                result = model(args[0] if len(args) == 1 else list(args), training=False)
+            values = list(result.values()) if isinstance(result, dict) else (
+                list(result) if isinstance(result, (list, tuple)) else [result])
+            return dict(zip(output_names or output_names_of(model, result)[0], values))
+
+        return serve
+
+
+def output_names_of(model: Any, result: Any) -> tuple[list[str], bool]:
+    """Names for what a Keras model returned, and whether they are the model's own (dict keys,
+    named functional outputs) rather than positions."""
+    if isinstance(result, Mapping):
+        return [str(k) for k in result], True
+    count = len(result) if isinstance(result, (list, tuple)) else 1
+    names = list(getattr(model, "output_names", None) or [])
+    if len(names) == count and len(set(names)) == len(names):
+        return names, True
+    return (["output"] if count == 1 else [f"output_{i}" for i in range(count)]), False
 
 
 def keras_outputs(model: Any, result: Any) -> tuple[list[str], bool, list[np.ndarray]]:
-    """Name and flatten what a Keras model returned; names are real for dicts and named outputs."""
-    if isinstance(result, Mapping):
-        return [str(k) for k in result], True, [np.asarray(v) for v in result.values()]
-    values = list(result) if isinstance(result, (list, tuple)) else [result]
-    names = list(getattr(model, "output_names", None) or [])
-    if len(names) == len(values) and len(set(names)) == len(names):
-        return names, True, [np.asarray(v) for v in values]
-    if len(values) == 1:
-        return ["output"], False, [np.asarray(values[0])]
-    return [f"output_{i}" for i in range(len(values))], False, [np.asarray(v) for v in values]
+    """Name and flatten what a Keras model returned."""
+    names, real = output_names_of(model, result)
+    values = list(result.values()) if isinstance(result, Mapping) else (
+        list(result) if isinstance(result, (list, tuple)) else [result])
+    return names, real, [np.asarray(v) for v in values]

@@ -84,24 +84,8 @@ class KerasToOnnx(Route):
         convert_opset = min(opset, TF2ONNX_MAX_OPSET) if opset is not None else None
 
         dynamic = {(a.input, a.axis) for a in request.dynamic}
-        signature = [
-            tf.TensorSpec(
-                [None if (spec.name, axis) in dynamic else dim for axis, dim in enumerate(spec.shape)],
-                tf.as_dtype(spec.dtype), name=spec.name,
-            )
-            for spec in source.inputs
-        ]
-        model, names, by_keyword = source.model, source.input_names, source.by_keyword
-        output_names = request.output_names
-
-        def serve(*args):
-            if by_keyword:
-                result = model(dict(zip(names, args)), training=False)
-            else:
-                result = model(args[0] if len(args) == 1 else list(args), training=False)
-            values = list(result.values()) if isinstance(result, dict) else (
-                list(result) if isinstance(result, (list, tuple)) else [result])
-            return dict(zip(output_names, values))
+        signature = keras_fw.tensor_signature(source, dynamic)
+        serve = keras_fw.serving_function(source, request.output_names)
 
         progress(f"exporting with tf2onnx {tf2onnx.__version__} at opset {convert_opset or 'default'}")
         try:

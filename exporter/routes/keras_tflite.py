@@ -101,19 +101,6 @@ def quantize_notes(quantize: str | None, content: bytes, converter: str, why: st
     return notes
 
 
-def symbolic_output_names(model, result, given: list[str]) -> list[str]:
-    """The source's output names (as Source.run reports them) for a traced result."""
-    if given:
-        return list(given)
-    if isinstance(result, dict):
-        return [str(k) for k in result]
-    values = list(result) if isinstance(result, (list, tuple)) else [result]
-    names = list(getattr(model, "output_names", None) or [])
-    if len(names) == len(values) and len(set(names)) == len(names):
-        return names
-    return ["output"] if len(values) == 1 else [f"output_{i}" for i in range(len(values))]
-
-
 @register
 class KerasToTflite(Route):
     framework = "keras"
@@ -127,23 +114,9 @@ class KerasToTflite(Route):
         tf = FRAMEWORKS["keras"].require("tensorflow")
 
         dynamic = {(a.input, a.axis) for a in request.dynamic}
-        signature = [
-            tf.TensorSpec(
-                [None if (spec.name, axis) in dynamic else dim for axis, dim in enumerate(spec.shape)],
-                tf.as_dtype(spec.dtype), name=spec.name,
-            )
-            for spec in source.inputs
-        ]
-        model, names, by_keyword = source.model, source.input_names, source.by_keyword
-
-        def serve(*args):
-            if by_keyword:
-                result = model(dict(zip(names, args)), training=False)
-            else:
-                result = model(args[0] if len(args) == 1 else list(args), training=False)
-            values = list(result.values()) if isinstance(result, dict) else (
-                list(result) if isinstance(result, (list, tuple)) else [result])
-            return dict(zip(symbolic_output_names(model, result, request.output_names), values))
+        signature = FRAMEWORKS["keras"].tensor_signature(source, dynamic)
+        serve = FRAMEWORKS["keras"].serving_function(source, request.output_names)
+        model = source.model
 
         progress(f"converting with tf.lite.TFLiteConverter (TensorFlow {tf.__version__})"
                  + (f", --quantize {request.quantize}" if request.quantize else ""))
