@@ -103,13 +103,11 @@ def _save_onnx(model, path: Path) -> None:
 
 
 def _tflite(path: Path, policy: str, target: Target | None) -> PolicyOutcome:
-    from exporter.rewrites import lower_gelu_ops
+    from exporter.rewrites import lower_gelu_ops, set_gelu_approximate
+    from verifiers.gelu.catalogue import EXACT, QUICK, TANH, UNKNOWN
     from verifiers.target_check import version_greater
     from verifiers.tflite_model import load_tflite
 
-    if policy == "tanh":
-        raise BadInput("--gelu tanh is not available for TFLite artifacts; write the model's GELUs as tanh "
-                       "(approximate=True) in the source")
     has_builtin = any(code.name == "GELU" for code in load_tflite(path).opcodes)
     runs_builtin = target is None or (
         target.gelu.get("builtin") is not False
@@ -118,6 +116,10 @@ def _tflite(path: Path, policy: str, target: Target | None) -> PolicyOutcome:
     outcome = PolicyOutcome()
     if policy == "native" and not runs_builtin:
         raise Incompatible(f"--gelu native: {target.name} does not run the GELU builtin")
+    if policy == "tanh":
+        path.write_bytes(set_gelu_approximate(path.read_bytes()))
+        outcome.declared = {EXACT: TANH, QUICK: TANH, UNKNOWN: TANH}
+        outcome.notes.append("--gelu tanh: every GELU builtin set to approximate=True (declared)")
     if has_builtin and not runs_builtin:
         path.write_bytes(lower_gelu_ops(path.read_bytes()))
         outcome.notes.append(f"GELU builtins written as MUL/ADD/TANH and erf-polynomial chains for {target.name}")

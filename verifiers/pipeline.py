@@ -171,9 +171,21 @@ def judge_gelu(report: Report, source: Source, path: Path, fmt: str, feed, compa
             report.fail("gelu", verdict.message(), site=side.site.site_id)
         elif verdict.status == DECLARED:
             report.notes.append(verdict.message())
+    if any(v.status == DECLARED for v in verdicts) and not any(v.failed for v in verdicts):
+        _accept_declared_differences(report)
     if fmt == "onnx":
         with report.timed("gelu_sensitivity"):
             _gelu_sensitivity(report, path, artifact_sites, comparison, tolerances)
+
+
+def _accept_declared_differences(report: Report) -> None:
+    """Outputs differ from the source's when a GELU's flavour changed as the user asked: with every
+    other GELU kept, such differences are reported, not failed."""
+    numeric = [f for f in report.failures if f.kind == "numeric" and "non-finite" not in f.message
+               and "shape differs" not in f.message]
+    for finding in numeric:
+        report.failures.remove(finding)
+        report.notes.append(f"{finding.message} -- expected from the declared GELU change, not a failure")
 
 
 def _gelu_sensitivity(report, path, artifact_sites, comparison: Comparison, tolerances) -> None:

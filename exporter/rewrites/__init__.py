@@ -12,7 +12,7 @@ from .onnx_gelu import (
     gelu_op_sites,
     replace_site,
 )
-from .tflite_gelu import lower_gelu_ops
+from .tflite_gelu import lower_gelu_ops, set_gelu_approximate
 
 __all__ = [
     "CONSTANTS",
@@ -26,4 +26,5 @@ __all__ = [
     "gelu_op_sites",
     "lower_gelu_ops",
     "replace_site",
+    "set_gelu_approximate",
 ]

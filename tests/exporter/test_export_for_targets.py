@@ -10,6 +10,7 @@ import yaml
 from exporter import api
 from fixtures.specs import keras_model, torch_model
 from verifiers.onnx_model import iter_nodes
+from verifiers.tflite_model import load_tflite
 
 
 def _ops(path):
@@ -128,3 +129,41 @@ def test_targets_cli_lists_sources_and_confirmations(cli):
     assert entries["ort-1.16"]["max_opset"] == 19 and entries["ort-1.16"]["max_ir_version"] == 9
     assert "max_opset" in entries["ort-1.16"]["confirmed_by_test"]
     assert all(e["sources"] for e in entries.values())
+
+
+@pytest.mark.parametrize("target, gelu_op", [("ort-1.16", False), ("ort-1.32", True)])
+def test_gelu_tanh_for_targets_with_and_without_gelu_20(tmp_path, target, gelu_op):
+    out = tmp_path / "m.onnx"
+    report = api.export(torch_model("block_exact"), to="onnx", target=target, gelu="tanh", out=out)
+    assert report.exit_code == 0, report.summary_lines()
+    assert [(g["status"], g["measured"]) for g in report.gelu] == [("declared", "tanh")]
+    assert ("Gelu" in _ops(out)) is gelu_op and ("Tanh" in _ops(out)) is not gelu_op
+
+
+def test_gelu_native_where_the_target_has_it(tmp_path):
+    out = tmp_path / "m.onnx"
+    report = api.export(torch_model("mlp_tanh"), to="onnx", target="ort-1.32", gelu="native", out=out)
+    assert report.exit_code == 0, report.summary_lines()
+    assert "Gelu" in _ops(out) and [g["status"] for g in report.gelu] == ["kept"]
+
+
+@pytest.mark.parametrize("gelu", ["preserve", "tanh", "native"])
+@pytest.mark.parametrize("target", ["tflite-2.9", "litert-2.3"])
+def test_tflite_targets_with_the_gelu_builtin(tmp_path, target, gelu):
+    out = tmp_path / "m.tflite"
+    report = api.export(keras_model("functional_activation"), to="tflite", target=target, gelu=gelu, out=out)
+    assert report.exit_code == 0, report.summary_lines()
+    assert report.target_checks == []
+    assert "GELU" in {code.name for code in load_tflite(out).opcodes}
+    expected = ("declared", "tanh") if gelu == "tanh" else ("kept", "exact")
+    assert [(g["status"], g["measured"]) for g in report.gelu] == [expected]
+
+
+@pytest.mark.parametrize("gelu, expected", [("preserve", ("kept", "exact")), ("tanh", ("declared", "tanh"))])
+def test_tflite_target_without_the_gelu_builtin(tmp_path, gelu, expected):
+    out = tmp_path / "m.tflite"
+    report = api.export(keras_model("functional_activation"), to="tflite", target="tflite-2.7", gelu=gelu, out=out)
+    assert report.exit_code == 0, report.summary_lines()
+    assert report.target_checks == []
+    assert not {"GELU", "SIGN"} & {code.name for code in load_tflite(out).opcodes}
+    assert [(g["status"], g["measured"]) for g in report.gelu] == [expected]
