@@ -25,6 +25,7 @@ from verifiers.compare import Tolerances
 from verifiers.formats import detect_format
 from verifiers.pipeline import (
     compare,
+    compare_artifact,
     describe_artifact,
     input_specs_of,
     judge_gelu,
@@ -100,6 +101,9 @@ def export(
             result = route.export(source, request, staging.path, progress)
         report.exporter = result.exporter
         report.notes.extend(result.notes)
+        # A declared flavour change makes the outputs differ from the source's: the export as it was
+        # before the rewrite is compared too, so a difference of any other cause still fails.
+        before_rewrite = staging.keep_copy("before-gelu-rewrite") if verify and gelu == "tanh" else None
         with report.timed("gelu_form"):
             outcome = apply_gelu_policy(staging.path, to, gelu, chosen)
         report.notes.extend(outcome.notes)
@@ -110,6 +114,8 @@ def export(
             _check_target(report, staging.path, chosen)
         if verify:
             try:
+                if before_rewrite is not None:
+                    _compare_before_rewrite(report, before_rewrite, to, feeds, reference, tolerances, progress)
                 verify_artifact(report, staging.path, to, source, feeds, reference, tolerances, progress,
                                 outcome.declared)
             except InvalidArtifact as exc:
@@ -182,6 +188,16 @@ def inspect(artifact: str | Path) -> dict[str, Any]:
     measured flavours, without importing torch or TensorFlow."""
     fmt = detect_format(artifact)
     return describe_artifact(Path(artifact), fmt)
+
+
+def _compare_before_rewrite(report, path, fmt, feeds, reference, tolerances, progress) -> None:
+    scratch = Report(command="export")
+    progress("comparing the export as it was before the --gelu rewrite")
+    compare_artifact(scratch, path, fmt, feeds, reference, tolerances, progress)
+    report.timings["compare_before_rewrite"] = sum(scratch.timings.values())
+    for finding in scratch.failures:
+        finding.message = f"before the --gelu rewrite: {finding.message}"
+        report.failures.append(finding)
 
 
 def check(

@@ -48,6 +48,15 @@ class Staging:
         self.folder = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.", suffix=".staging", dir=self.out.parent))
         self.path = self.folder / self.out.name
 
+    def keep_copy(self, name: str) -> Path:
+        """A copy of the staged artifact (and its companions) in a sub-folder, e.g. to verify the
+        export as it was before a rewrite."""
+        folder = self.folder / name
+        folder.mkdir()
+        for file in [self.out.name, *companion_files(self.path, self.format)]:
+            shutil.copy2(self.folder / file, folder / file)
+        return folder / self.out.name
+
     def publish(self) -> Path:
         """Move the artifact to --out, companions first so the model never names a missing file."""
         for name in companion_files(self.path, self.format):

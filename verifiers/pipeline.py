@@ -95,6 +95,11 @@ def verify_artifact(report, path, fmt, source, feeds, reference, tolerances, pro
     judge_gelu(report, source, path, fmt, feeds[0], comparison, tolerances, progress, declared)
 
 
+def compare_artifact(report, path, fmt, feeds, reference, tolerances, progress) -> None:
+    """Only the output comparison (no GELU verdict), e.g. for an export before a declared rewrite."""
+    compare(report, runner_for(fmt)(path), feeds, reference, tolerances, progress)
+
+
 def compare(report: Report, runner: Runner, feeds, reference, tolerances: Tolerances, progress) -> Comparison:
     ref_names, names_are_real = reference[0][0], reference[0][1]
     art_names = [o.name for o in runner.outputs]

@@ -167,3 +167,12 @@ def test_tflite_target_without_the_gelu_builtin(tmp_path, gelu, expected):
     assert report.target_checks == []
     assert not {"GELU", "SIGN"} & {code.name for code in load_tflite(out).opcodes}
     assert [(g["status"], g["measured"]) for g in report.gelu] == [expected]
+
+
+def test_gelu_tanh_still_fails_an_export_that_differs_for_another_reason(tmp_path):
+    # Tracing bakes in one branch of sign_branch: the export differs from the model before any GELU
+    # rewrite, and the declared change must not hide that.
+    report = api.export(torch_model("sign_branch"), to="onnx", opset=17, gelu="tanh", out=tmp_path / "m.onnx")
+    assert report.exit_code == 1
+    assert any(f.message.startswith("before the --gelu rewrite:") for f in report.failures if f.kind == "numeric")
+    assert not (tmp_path / "m.onnx").exists()
