@@ -1,4 +1,4 @@
-"""The Python API: export, verify and inspect. Each returns what the CLI prints or writes.
+"""The Python API: export, verify, check, targets and inspect. Each returns what the CLI prints or writes.
 
 The API never prints: progress on long steps goes to the `progress` callback.
 """

@@ -18,7 +18,7 @@ from exporter.errors import ExportgateError
 
 app = typer.Typer(
     name="exportgate",
-    help="Export PyTorch and Keras models to ONNX, and prove each artifact faithful before it ships.",
+    help="Export PyTorch and Keras models to ONNX or TFLite, and prove each artifact faithful before it ships.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
