@@ -151,11 +151,14 @@ def run_probe(content: bytes, x: np.ndarray, xnnpack: bool = False) -> np.ndarra
     """Run a one-input probe model on x with the plain builtin kernels (or the XNNPACK default)."""
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
+    from exporter.routes.quiet import native_output_captured
+
     resolver = OpResolverType.AUTO if xnnpack else OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
-    interpreter = Interpreter(model_content=content, num_threads=1, experimental_op_resolver_type=resolver)
-    detail = interpreter.get_input_details()[0]
-    interpreter.resize_tensor_input(detail["index"], list(x.shape))
-    interpreter.allocate_tensors()
+    with native_output_captured():  # LiteRT announces its XNNPACK delegate on stderr
+        interpreter = Interpreter(model_content=content, num_threads=1, experimental_op_resolver_type=resolver)
+        detail = interpreter.get_input_details()[0]
+        interpreter.resize_tensor_input(detail["index"], list(x.shape))
+        interpreter.allocate_tensors()
     interpreter.set_tensor(detail["index"], x)
     interpreter.invoke()
     return np.array(interpreter.get_tensor(interpreter.get_output_details()[0]["index"]))

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from exporter.errors import ExportgateError, one_line
+from exporter.routes.quiet import native_output_captured
 from verifiers.runtimes import InvalidArtifact, Runner, TensorInfo, register
 
 DEFAULT_SIGNATURE = "serving_default"
@@ -32,6 +33,10 @@ class LiteRtRunner(Runner):
     def __init__(self, path: Path):
         self.path = Path(path)
         validate_file(self.path)
+        with native_output_captured():  # LiteRT announces its XNNPACK delegate on stderr
+            self._load()
+
+    def _load(self) -> None:
         try:
             from ai_edge_litert.interpreter import Interpreter, OpResolverType
         except ImportError as exc:
@@ -79,7 +84,8 @@ class LiteRtRunner(Runner):
 
     def run_all(self, feed: dict[str, np.ndarray]) -> dict[str, list[np.ndarray]]:
         """Outputs of both interpreters: {"xnnpack": [...], "builtin": [...]}."""
-        return {key: self._run_one(key, feed) for key in self.variants}
+        with native_output_captured():
+            return {key: self._run_one(key, feed) for key in self.variants}
 
     def _run_one(self, key: str, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
         values = [np.ascontiguousarray(feed[info.name]) for info in self.inputs]
