@@ -278,10 +278,8 @@ class ChainGraph:
         add, one, _, one_eps = plus
         for inner, scale in self.scaled_bases(th.inputs[0]):
             j = self.producer.get(inner)
-            if j is None or self.nodes[j].op != "Add":
-                continue
-            p, q = self.nodes[j].inputs
-            for lin, cube in ((p, q), (q, p)):
+            p, q = self.nodes[j].inputs[:2] if j is not None and self.nodes[j].op == "Add" else (None, None)
+            for lin, cube in ((p, q), (q, p)) if p is not None else ():
                 for base, linear in self.scaled_bases(lin):
                     cubic = self.monomial(cube, base)
                     if cubic is None or cubic.power != 3:
@@ -298,7 +296,45 @@ class ChainGraph:
                     )
                     nodes = scale.nodes | linear.nodes | cubic.nodes | prod.nodes | {i, j, add}
                     return Match("tanh-chain", TANH if ok else UNKNOWN, nodes, base, out, note)
+            for base, linear, cubic in self._factored_cubic(inner):
+                found = self.product(self.nodes[add].outputs[0], base, stop_at_x=False)
+                if found is None:
+                    continue
+                prod, out = found
+                ok, note = _check(
+                    [("tanh scale", scale.coeff * linear.coeff, SQRT_2_OVER_PI),
+                     ("cubic coeff", cubic.coeff / linear.coeff, TANH_CUBIC_COEFF),
+                     ("one", one, 1.0), ("outer", prod.coeff, 0.5)],
+                    max(scale.eps, linear.eps, cubic.eps, one_eps, prod.eps),
+                )
+                nodes = scale.nodes | linear.nodes | cubic.nodes | prod.nodes | {i, add}
+                return Match("tanh-chain", TANH if ok else UNKNOWN, nodes, base, out, note)
         return None
+
+    def _factored_cubic(self, name: str):
+        """`name` as (s*x) * (c + b*x^2), the factored tanh argument of HF gelu_fast
+        (x * 0.7978845608 * (1 + 0.044715 * x * x)): yields (base, s*c as the linear term,
+        s*b as the cubic term), the terms carrying the nodes that compute them."""
+        k = self.producer.get(name)
+        if k is None or self.nodes[k].op != "Mul":
+            return
+        p, q = self.nodes[k].inputs
+        for lin, poly in ((p, q), (q, p)):
+            a = self.producer.get(poly)
+            if a is None or self.nodes[a].op != "Add":
+                continue
+            u, v = self.nodes[a].inputs
+            for const_name, quad_name in ((u, v), (v, u)):
+                const = self.scalar(const_name)
+                if const is None:
+                    continue
+                for base, linear in self.scaled_bases(lin):
+                    quad = self.monomial(quad_name, base)
+                    if quad is None or quad.power != 2:
+                        continue
+                    extra = frozenset({k, a})
+                    yield (base, _Term(linear.coeff * const.coeff, 1, linear.nodes | extra, max(linear.eps, const.eps)),
+                           _Term(linear.coeff * quad.coeff, 3, quad.nodes, max(linear.eps, quad.eps)))
 
     def match_sigmoid(self, i: int) -> Match | None:
         """c*x*sigmoid(a*x): quick when a = 1.702 and c = 1; SiLU-like curves are no site."""

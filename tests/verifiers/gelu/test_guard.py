@@ -96,3 +96,11 @@ def test_float16_sites_are_judged_by_structure(tmp_path):
     assert entry["status"] == "kept" and entry["confident"] is False
     assert "judged by structure: exact" in entry["note"]
     assert report.outputs[0].atol == 1e-2  # float16 tolerances
+
+
+@pytest.mark.parametrize("opset", [17, 18, 20])
+def test_factored_tanh_formula_is_found_on_both_sides(tmp_path, opset):
+    report = api.export(torch_model("mlp_gelu_fast"), to="onnx", opset=opset, out=tmp_path / "m.onnx")
+    assert report.exit_code == 0, report.summary_lines()
+    assert [(g["status"], g["source_op"], g["source_flavour"], g["measured"]) for g in report.gelu] == [
+        ("kept", "tanh-chain", "tanh", "tanh")]
