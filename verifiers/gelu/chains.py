@@ -277,26 +277,7 @@ class ChainGraph:
             return None
         add, one, _, one_eps = plus
         for inner, scale in self.scaled_bases(th.inputs[0]):
-            j = self.producer.get(inner)
-            p, q = self.nodes[j].inputs[:2] if j is not None and self.nodes[j].op == "Add" else (None, None)
-            for lin, cube in ((p, q), (q, p)) if p is not None else ():
-                for base, linear in self.scaled_bases(lin):
-                    cubic = self.monomial(cube, base)
-                    if cubic is None or cubic.power != 3:
-                        continue
-                    found = self.product(self.nodes[add].outputs[0], base, stop_at_x=False)
-                    if found is None:
-                        continue
-                    prod, out = found
-                    ok, note = _check(
-                        [("tanh scale", scale.coeff * linear.coeff, SQRT_2_OVER_PI),
-                         ("cubic coeff", cubic.coeff / linear.coeff, TANH_CUBIC_COEFF),
-                         ("one", one, 1.0), ("outer", prod.coeff, 0.5)],
-                        max(scale.eps, linear.eps, cubic.eps, one_eps, prod.eps),
-                    )
-                    nodes = scale.nodes | linear.nodes | cubic.nodes | prod.nodes | {i, j, add}
-                    return Match("tanh-chain", TANH if ok else UNKNOWN, nodes, base, out, note)
-            for base, linear, cubic in self._factored_cubic(inner):
+            for base, linear, cubic in self._cubic_terms(inner):
                 found = self.product(self.nodes[add].outputs[0], base, stop_at_x=False)
                 if found is None:
                     continue
@@ -311,30 +292,39 @@ class ChainGraph:
                 return Match("tanh-chain", TANH if ok else UNKNOWN, nodes, base, out, note)
         return None
 
-    def _factored_cubic(self, name: str):
-        """`name` as (s*x) * (c + b*x^2), the factored tanh argument of HF gelu_fast
-        (x * 0.7978845608 * (1 + 0.044715 * x * x)): yields (base, s*c as the linear term,
-        s*b as the cubic term), the terms carrying the nodes that compute them."""
+    def _cubic_terms(self, name: str):
+        """`name` as a*x + b*x^3: yields (base, a*x term, b*x^3 term), the terms carrying the nodes
+        that compute them. Written as a sum, or factored as HF gelu_fast writes it,
+        (s*x) * (c + d*x^2) (x * 0.7978845608 * (1 + 0.044715 * x * x)), read as s*c*x + s*d*x^3."""
         k = self.producer.get(name)
-        if k is None or self.nodes[k].op != "Mul":
+        if k is None:
             return
-        p, q = self.nodes[k].inputs
-        for lin, poly in ((p, q), (q, p)):
-            a = self.producer.get(poly)
-            if a is None or self.nodes[a].op != "Add":
-                continue
-            u, v = self.nodes[a].inputs
-            for const_name, quad_name in ((u, v), (v, u)):
-                const = self.scalar(const_name)
-                if const is None:
-                    continue
+        node = self.nodes[k]
+        if node.op == "Add":
+            p, q = node.inputs[:2]
+            for lin, cube in ((p, q), (q, p)):
                 for base, linear in self.scaled_bases(lin):
-                    quad = self.monomial(quad_name, base)
-                    if quad is None or quad.power != 2:
+                    cubic = self.monomial(cube, base)
+                    if cubic is not None and cubic.power == 3:
+                        yield base, _Term(linear.coeff, 1, linear.nodes | {k}, linear.eps), cubic
+        elif node.op == "Mul":
+            p, q = node.inputs[:2]
+            for lin, poly in ((p, q), (q, p)):
+                a = self.producer.get(poly)
+                if a is None or self.nodes[a].op != "Add":
+                    continue
+                u, v = self.nodes[a].inputs[:2]
+                for const_name, quad_name in ((u, v), (v, u)):
+                    const = self.scalar(const_name)
+                    if const is None:
                         continue
-                    extra = frozenset({k, a})
-                    yield (base, _Term(linear.coeff * const.coeff, 1, linear.nodes | extra, max(linear.eps, const.eps)),
-                           _Term(linear.coeff * quad.coeff, 3, quad.nodes, max(linear.eps, quad.eps)))
+                    for base, linear in self.scaled_bases(lin):
+                        quad = self.monomial(quad_name, base)
+                        if quad is None or quad.power != 2:
+                            continue
+                        yield (base,
+                               _Term(linear.coeff * const.coeff, 1, linear.nodes | {k, a}, max(linear.eps, const.eps)),
+                               _Term(linear.coeff * quad.coeff, 3, quad.nodes, max(linear.eps, quad.eps)))
 
     def match_sigmoid(self, i: int) -> Match | None:
         """c*x*sigmoid(a*x): quick when a = 1.702 and c = 1; SiLU-like curves are no site."""
