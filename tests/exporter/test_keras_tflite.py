@@ -1,6 +1,5 @@
 """Keras 3 -> TFLite through tf.lite.TFLiteConverter, run in ai-edge-litert (XNNPACK and builtin)."""
 
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,6 +9,8 @@ from exporter.frameworks import FRAMEWORKS
 from exporter.routes import ROUTES, ExportRequest
 from exporter.sources import DynamicAxis, load_source, make_batches
 from fixtures.specs import keras_model
+from verifiers.gelu.catalogue import TANH
+from verifiers.gelu.tflite_sites import find_tflite_sites
 from verifiers.runtimes import runner_for
 from verifiers.runtimes.litert_runner import LiteRtRunner
 from verifiers.tflite_model import load_tflite
@@ -24,27 +25,8 @@ ATOL = {None: 1e-5, "fp16": 5e-3, "dynamic-int8": 5e-2}
 
 
 def gelu_flags(path) -> list[bool]:
-    """GeluOptions.approximate of every GELU op (no options table means exact)."""
-    from ai_edge_litert import schema_py_generated as schema
-
-    model = schema.Model.GetRootAs(Path(path).read_bytes(), 0)
-    codes = [max(model.OperatorCodes(i).BuiltinCode(), model.OperatorCodes(i).DeprecatedBuiltinCode())
-             for i in range(model.OperatorCodesLength())]
-    flags = []
-    for s in range(model.SubgraphsLength()):
-        graph = model.Subgraphs(s)
-        for o in range(graph.OperatorsLength()):
-            op = graph.Operators(o)
-            if codes[op.OpcodeIndex()] != schema.BuiltinOperator.GELU:
-                continue
-            table = op.BuiltinOptions()
-            if table is None:
-                flags.append(False)
-                continue
-            options = schema.GeluOptions()
-            options.Init(table.Bytes, table.Pos)
-            flags.append(bool(options.Approximate()))
-    return flags
+    """GeluOptions.approximate of every GELU builtin (no options table means exact)."""
+    return [site.claimed == TANH for site in find_tflite_sites(load_tflite(path)) if site.op == "GELU"]
 
 
 @pytest.fixture(scope="module")
