@@ -3,7 +3,15 @@
 Each flavour has a float64 reference curve; `classify` names the flavour a site computes
 from its outputs on `PROBES`. Distances between flavours (max |a - b| on [-10, 10]):
 exact-tanh 4.73e-4 (x = +-2.70), tanh-"0.0447 typo" 8.7e-6 (x = +-1.84),
-exact-quick 2.03e-2 (x = +-2.27), exact-relu 0.170 (x = +-0.75).
+exact-quick 2.03e-2 (x = +-2.27), exact-relu 0.170 (x = +-0.75), exact-silu 0.19.
+
+Probes come in two parts: the core (|x| <= 6), where the flavours differ and the flavour is
+decided, and the tails (`tail_probes`, out to +-1e4 in float32 and to the overflow edge in
+float16), where every GELU flavour is max(x, 0) to float precision. A site that returns NaN/Inf
+there, or a wrong tail value (a saturation bug, an overflowing x^3), is `unknown` with the tail
+named. A flavour is also recognised up to a constant scale (k * GELU, as when a converter folds
+GELU's 0.5 into the next linear op): the classification reports the scale; whether it is
+accounted for is the verdict's question.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ TANH = "tanh"
 QUICK = "quick"
 RELU = "relu"
 IDENTITY = "identity"
+SILU = "silu"
 UNKNOWN = "unknown"
 
 # Where the flavours differ most (see module docstring), the negative tail down to -6
@@ -32,6 +41,21 @@ PROBES = np.array(
     [-6.0, -5.0, -4.0, -3.0, -2.7, -2.27, -1.84, -1.5, -1.0, -0.75, -0.5, -0.25,
      0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 1.84, 2.27, 2.7, 3.0, 4.0, 6.0]
 )
+CORE_LIMIT = 6.0  # |x| above this is tail: every GELU flavour is max(x, 0) there
+# Where field bugs live: tanh-GELU kernels returning NaN below -13, x^3 overflowing, saturation.
+_TAILS = (10.0, 13.0, 20.0, 100.0, 1e3, 1e4)
+_FLOAT16_TAILS = (*_TAILS, 3e4, 6e4)  # float16 overflows at 65504 (x^3 already at |x| > 40)
+
+
+def tail_probes(dtype: np.dtype | type = np.float32) -> np.ndarray:
+    """Tail probe inputs for a dtype: +-1e4 for float32/float64, to the overflow edge for float16."""
+    tails = _FLOAT16_TAILS if np.dtype(dtype) == np.float16 else _TAILS
+    return np.array([-t for t in reversed(tails)] + list(tails))
+
+
+def probe_inputs(dtype: np.dtype | type = np.float32) -> np.ndarray:
+    """Core probes and tail probes together, in the given dtype."""
+    return np.concatenate([PROBES, tail_probes(dtype)]).astype(dtype)
 
 # Match tolerances (max abs residual) for outputs computed in a given precision.
 # float32: onnxruntime's float32 GELUs (fused ops and chains) land within 2.7e-7 of their
@@ -47,6 +71,11 @@ FLOAT16_TOLERANCE = 5e-3
 # A curve is GELU-shaped when it is this close to exact, tanh or quick: 2.5x the widest gap
 # inside the GELU family (exact-quick 2.03e-2), well under relu (0.17) and SiLU (0.19).
 GELU_SHAPE_TOLERANCE = 5e-2
+# Tails: |y - max(x, 0)| within TAIL_ABS + TAIL_REL * |x| (float32 ulps at 1e4 are ~1e-3; quick is
+# -4e-7 at x = -10). float16 outputs get float16 relative precision.
+TAIL_ABS = 1e-5
+TAIL_REL = {np.dtype(np.float16): 2e-3}
+DEFAULT_TAIL_REL = 1e-5
 
 
 def _sigmoid(z: np.ndarray) -> np.ndarray:
@@ -79,6 +108,12 @@ def relu(x: np.ndarray) -> np.ndarray:
     return np.maximum(np.asarray(x, dtype=np.float64), 0.0)
 
 
+def silu(x: np.ndarray) -> np.ndarray:
+    """x * sigmoid(x) in float64 (SiLU / swish: a plausible swap for GELU)."""
+    x = np.asarray(x, dtype=np.float64)
+    return x * _sigmoid(x)
+
+
 def identity(x: np.ndarray) -> np.ndarray:
     """x in float64 (the activation is gone)."""
     return np.asarray(x, dtype=np.float64)
@@ -101,10 +136,16 @@ FLAVOURS: dict[str, Flavour] = {
         Flavour(QUICK, "x*sigmoid(1.702x)", quick),
         Flavour(RELU, "max(x, 0): a ReLU stands where a GELU was", relu),
         Flavour(IDENTITY, "x: the activation is gone", identity),
+        Flavour(SILU, "x*sigmoid(x): a SiLU stands where a GELU was", silu),
         Flavour(UNKNOWN, "GELU-shaped but matches no catalogued flavour (e.g. wrong constants)", None),
     )
 }
 GELU_FAMILY = (EXACT, TANH, QUICK)
+# Activations that are sites of their own: aligned with GELU sites (a GELU may turn into one),
+# not listed when kept.
+OTHER_ACTIVATIONS = (RELU, SILU)
+# Flavours recognised up to a constant scale.
+SCALABLE = (*GELU_FAMILY, SILU)
 
 
 @dataclass(frozen=True)
@@ -112,10 +153,13 @@ class Site:
     """One activation site found in a model, shared by all matchers.
 
     site_id is stable across runs ("{index}:{first node}", graph order); op describes what
-    stands there ("Gelu", "com.microsoft.FastGelu", "erf-chain", ...); claimed is the
-    flavour the structure says; nodes are the covered nodes (Constant nodes left out, as
-    they may be shared); input/output are the tensors
-    around the site, so it can be measured; note explains the claim (attributes, constants).
+    stands there ("Gelu", "com.microsoft.FastGelu", "erf-chain", "elementwise" for a region
+    found by its numbers, ...); claimed is the flavour the structure (or, for a region, the
+    numbers) says, times `scale`; nodes are the covered nodes (Constant nodes left out, as
+    they may be shared); input/output are the tensors around the site, so it can be measured;
+    note explains the claim (attributes, constants). used is False when no graph output depends
+    on the site (dead code an exporter may drop); absorbed_by names the linear op(s) that take
+    the site's whole output, which can absorb a constant scale of the site.
     """
 
     site_id: str
@@ -125,6 +169,9 @@ class Site:
     input: str
     output: str
     note: str = ""
+    scale: float = 1.0
+    used: bool = True
+    absorbed_by: str = ""
 
 
 @dataclass(frozen=True)
@@ -138,19 +185,22 @@ class Classification:
     residuals: dict[str, float]
     confident: bool
     note: str
+    scale: float = 1.0  # the site computes scale * flavour
+    tail: str = ""  # what went wrong in the tails ("NaN at x=-20"), empty when they hold
 
 
-def residuals(x: np.ndarray, y: np.ndarray) -> dict[str, float]:
-    """Max abs difference between y and every reference flavour at x (NaN counts as inf)."""
+def residuals(x: np.ndarray, y: np.ndarray, scale: float = 1.0) -> dict[str, float]:
+    """Max abs difference between y and scale * every reference flavour at x (NaN counts as inf)."""
     x = np.asarray(x, dtype=np.float64).reshape(-1)
     y = np.asarray(y, dtype=np.float64).reshape(-1)
     if x.shape != y.shape:
         raise ValueError(f"{y.size} outputs for {x.size} probe inputs")
     out = {}
-    for f in FLAVOURS.values():
-        if f.reference is not None:
-            r = float(np.max(np.abs(y - f.reference(x))))
-            out[f.name] = r if math.isfinite(r) else math.inf
+    with np.errstate(all="ignore"):
+        for f in FLAVOURS.values():
+            if f.reference is not None:
+                r = float(np.max(np.abs(y - scale * f.reference(x))))
+                out[f.name] = r if math.isfinite(r) else math.inf
     return out
 
 
@@ -159,13 +209,62 @@ def is_gelu_shaped(res: dict[str, float]) -> bool:
     return min(res[name] for name in GELU_FAMILY) <= GELU_SHAPE_TOLERANCE
 
 
+def _best_scale(x: np.ndarray, y: np.ndarray) -> tuple[str, float] | None:
+    """The scalable flavour and scale k minimising max |y - k * f| (least-squares k), if finite."""
+    best = None
+    with np.errstate(all="ignore"):
+        for name in SCALABLE:
+            f = FLAVOURS[name].reference(x)
+            k = float(np.dot(y, f) / np.dot(f, f))
+            if not math.isfinite(k) or abs(k) < 1e-6:
+                continue
+            r = float(np.max(np.abs(y - k * f)))
+            if math.isfinite(r) and (best is None or r / abs(k) < best[2]):
+                best = (name, k, r / abs(k))
+    return None if best is None else (best[0], best[1])
+
+
+def check_tails(x: np.ndarray, y: np.ndarray, flavour: str, scale: float = 1.0,
+                dtype: np.dtype | None = None) -> str:
+    """Empty when every tail value is finite and scale * flavour(x) to float precision; else what is off."""
+    rel = TAIL_REL.get(np.dtype(dtype) if dtype is not None else None, DEFAULT_TAIL_REL)
+    with np.errstate(all="ignore"):
+        expected = scale * FLAVOURS[flavour].reference(x)
+    for xv, yv, ev in zip(x, y, expected):
+        if not math.isfinite(yv):
+            return f"{'NaN' if math.isnan(yv) else 'Inf'} at x={xv:g}"
+        if abs(yv - ev) > TAIL_ABS + rel * abs(scale * xv):
+            return f"{yv:.6g} at x={xv:g} where {flavour} gives {ev:.6g}"
+    return ""
+
+
 def classify(x: np.ndarray, y: np.ndarray, tolerance: float = FLOAT32_TOLERANCE) -> Classification:
     """Name the flavour whose reference is nearest to y, or unknown.
 
-    Within tolerance of one flavour: that flavour, confident. Within tolerance of several
-    (float16 cannot separate exact from tanh): the nearest, not confident. Within none but
-    GELU-shaped: unknown, confident. Not GELU-shaped at all: unknown, not confident.
+    The flavour is decided on the core probes (|x| <= CORE_LIMIT). Within tolerance of one flavour:
+    that flavour, confident. Within tolerance of several (float16 cannot separate exact from
+    tanh): the nearest, not confident. Within tolerance of scale * a flavour (k != 1): that flavour
+    with its scale. Within none but GELU-shaped: unknown, confident. Not GELU-shaped at all:
+    unknown, not confident. Tail probes (|x| > CORE_LIMIT), when given, must be finite and
+    on the flavour's curve (times the scale): otherwise the site is unknown with the tail named.
     """
+    x = np.asarray(x).reshape(-1)
+    y = np.asarray(y).reshape(-1)
+    if x.shape != y.shape:
+        raise ValueError(f"{y.size} outputs for {x.size} probe inputs")
+    xf, yf = x.astype(np.float64), y.astype(np.float64)
+    core = np.abs(xf) <= CORE_LIMIT
+    result = _classify_core(xf[core], yf[core], tolerance)
+    if not core.all() and result.flavour != UNKNOWN:
+        tail = check_tails(xf[~core], yf[~core], result.flavour, result.scale, y.dtype)
+        if tail:
+            return Classification(UNKNOWN, result.residuals, True,
+                                  f"{result.flavour} on the core probes, but the tail is off: {tail}",
+                                  result.scale, tail)
+    return result
+
+
+def _classify_core(x: np.ndarray, y: np.ndarray, tolerance: float) -> Classification:
     res = residuals(x, y)
     ranked = sorted(res, key=res.get)
     best = ranked[0]
@@ -177,6 +276,15 @@ def classify(x: np.ndarray, y: np.ndarray, tolerance: float = FLOAT32_TOLERANCE)
             best, res, False,
             f"{' and '.join(matching)} all within tolerance {tolerance:.2g}: outputs cannot separate them",
         )
+    scaled = _best_scale(x, y)
+    if scaled is not None:
+        name, k = scaled
+        scaled_res = residuals(x, y, k)
+        if scaled_res[name] <= tolerance * max(1.0, abs(k)):
+            close = [n for n in SCALABLE if scaled_res[n] <= tolerance * max(1.0, abs(k))]
+            return Classification(
+                name, scaled_res, len(close) == 1,
+                f"{k:.6g} x {name} within {scaled_res[name]:.2g} (tolerance {tolerance:.2g})", k)
     if is_gelu_shaped(res):
         return Classification(
             UNKNOWN, res, True,

@@ -43,6 +43,7 @@ from .catalogue import (
     QUICK,
     QUICK_ALPHA,
     RELU,
+    SILU,
     SQRT_2_OVER_PI,
     TANH,
     TANH_CUBIC_COEFF,
@@ -77,6 +78,7 @@ class Match:
     input: str
     output: str
     note: str
+    scale: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -129,13 +131,26 @@ def sigmoid_claim(constants_ok: bool, alpha: float, outer: float) -> str | None:
     return UNKNOWN if is_gelu_shaped(residuals(PROBES, curve)) else None
 
 
+# Ops (of any adapter's vocabulary) linear in their data input: a constant scale of a site whose
+# whole output they take is absorbed by them (a converter may fold GELU's 0.5 into their weights).
+LINEAR_OPS = frozenset([
+    "MatMul", "Gemm", "Conv", "ConvTranspose",  # ONNX
+    "FULLY_CONNECTED", "CONV_2D", "DEPTHWISE_CONV_2D", "BATCH_MATMUL", "TRANSPOSE_CONV",  # TFLite
+    "aten.linear.default", "aten.mm.default", "aten.matmul.default", "aten.bmm.default",
+    "aten.conv1d.default", "aten.conv2d.default",  # torch.export
+    "BatchMatMulV2", "Conv2D", "Einsum",  # TensorFlow (MatMul is ONNX's name too)
+])
+
+
 class ChainGraph:
     """Producers, consumers and scalar constants of a neutral graph, and the chain algebra on them.
 
     outputs are the graph's output tensors: a chain may end at one but not run through it.
+    dtypes, where an adapter knows them, are the numpy dtypes of tensors (regions round to them).
     """
 
-    def __init__(self, nodes: Sequence[OpNode], constants: Mapping[str, np.ndarray], outputs: Iterable[str]):
+    def __init__(self, nodes: Sequence[OpNode], constants: Mapping[str, np.ndarray], outputs: Iterable[str],
+                 dtypes: Mapping[str, np.dtype] | None = None):
         self.nodes = list(nodes)
         self.producer = {out: i for i, n in enumerate(self.nodes) for out in n.outputs if out}
         self.consumers: dict[str, list[int]] = {}
@@ -144,6 +159,27 @@ class ChainGraph:
                 self.consumers.setdefault(name, []).append(i)
         self.graph_outputs = set(outputs)
         self.constants = constants
+        self.dtypes = dict(dtypes or {})
+
+    def live_tensors(self) -> set[str]:
+        """Tensors some graph output depends on."""
+        live, stack = set(), list(self.graph_outputs)
+        while stack:
+            t = stack.pop()
+            if t in live:
+                continue
+            live.add(t)
+            i = self.producer.get(t)
+            if i is not None:
+                stack.extend(name for name in self.nodes[i].inputs if name)
+        return live
+
+    def absorbing_consumers(self, tensor: str) -> str:
+        """The linear ops taking all of `tensor` (joined names), or "" when any other op reads it."""
+        users = self.consumers.get(tensor, [])
+        if not users or tensor in self.graph_outputs or any(self.nodes[i].op not in LINEAR_OPS for i in users):
+            return ""
+        return ", ".join(dict.fromkeys(self.nodes[i].op for i in users))
 
     def scalar(self, name: str) -> _Term | None:
         value = self.constants.get(name)
@@ -478,7 +514,7 @@ def with_erf_units(graph: ChainGraph) -> ChainGraph:
                                 {UNIT_LABELS: labels, "error": unit.error}))
         elif i not in inside:
             nodes.append(node)
-    return ChainGraph(nodes, graph.constants, graph.graph_outputs)
+    return ChainGraph(nodes, graph.constants, graph.graph_outputs, graph.dtypes)
 
 
 def _unit_note(graph: ChainGraph, match: Match) -> str:
@@ -503,7 +539,20 @@ def find_sites(graph: ChainGraph, fused: Matcher | None = None) -> list[Site]:
     fused matches the adapter's own one-node ops (tried on nodes no shared matcher takes). A
     source node expanded into several neutral nodes (TF's Erfc) is listed once. Erf units
     (`find_erf_units`) are matched as one Erf; a site lists all their nodes, in graph order.
+    What the templates miss is found by its numbers (`regions`): op "elementwise", claimed the
+    flavour it computes. Sites no graph output depends on are marked unused.
     """
+    return [s for s in _sites(graph, fused) if s.claimed != SILU]
+
+
+def find_silu_sites(graph: ChainGraph, fused: Matcher | None = None) -> list[Site]:
+    """SiLU sites (x*sigmoid(x), found by their numbers), ids "silu:{k}:{first node}"."""
+    return [s for s in _sites(graph, fused) if s.claimed == SILU]
+
+
+def _sites(graph: ChainGraph, fused: Matcher | None) -> list[Site]:
+    from .regions import RegionFinder
+
     order = {node.name: i for i, node in reversed(list(enumerate(graph.nodes)))}
     graph = with_erf_units(graph)
     matches: list[Match] = []
@@ -516,28 +565,39 @@ def find_sites(graph: ChainGraph, fused: Matcher | None = None) -> list[Site]:
         if match is not None and not (match.nodes & covered):
             matches.append(match)
             covered |= match.nodes
+    for region in RegionFinder(graph).sites(covered):
+        c = region.classification
+        matches.append(Match("elementwise", c.flavour, region.nodes, region.input, region.output,
+                             f"found by its numbers: {c.note}", c.scale))
     matches.sort(key=lambda m: min(m.nodes))
-    sites = []
-    for k, m in enumerate(matches):
+    live = graph.live_tensors()
+    sites, counts = [], {"": 0, SILU: 0}
+    for m in matches:
         labels = [label for j in sorted(m.nodes)
                   for label in graph.nodes[j].attrs.get(UNIT_LABELS, (graph.nodes[j].name,))]
         labels = tuple(sorted(dict.fromkeys(labels), key=lambda label: order.get(label, len(order))))
-        sites.append(Site(f"{k}:{labels[0]}", m.op, m.claimed, labels, m.input, m.output, _unit_note(graph, m)))
+        kind = SILU if m.claimed == SILU else ""
+        site_id = f"{kind + ':' if kind else ''}{counts[kind]}:{labels[0]}"
+        counts[kind] += 1
+        sites.append(Site(site_id, m.op, m.claimed, labels, m.input, m.output, _unit_note(graph, m),
+                          m.scale, m.output in live, graph.absorbing_consumers(m.output)))
     return sites
 
 
 def find_relu_sites(graph: ChainGraph, op: str) -> list[Site]:
     """Relu nodes as sites (claimed relu, shown as `op`), ids "relu:{index}:{node}" (a Relu inside
     an erf unit is none)."""
-    relus = [n for n in with_erf_units(graph).nodes if n.op == "Relu"]
+    graph = with_erf_units(graph)
+    live = graph.live_tensors()
+    relus = [n for n in graph.nodes if n.op == "Relu"]
     return [
-        Site(f"relu:{k}:{n.name}", op, RELU, (n.name,), n.inputs[0], n.outputs[0])
+        Site(f"relu:{k}:{n.name}", op, RELU, (n.name,), n.inputs[0], n.outputs[0], used=n.outputs[0] in live)
         for k, n in enumerate(relus)
     ]
 
 
 def find_activation_sites(graph: ChainGraph, relu_op: str, fused: Matcher | None = None) -> list[Site]:
-    """GELU sites and ReLU sites together, in graph order (what the GELU verdict aligns)."""
+    """GELU, SiLU and ReLU sites together, in graph order (what the GELU verdict aligns)."""
     order = {node.name: i for i, node in reversed(list(enumerate(graph.nodes)))}
-    sites = find_sites(graph, fused) + find_relu_sites(graph, relu_op)
+    sites = _sites(graph, fused) + find_relu_sites(graph, relu_op)
     return sorted(sites, key=lambda s: min(order[label] for label in s.nodes))

@@ -14,12 +14,14 @@ from verifiers.gelu.catalogue import (
     PROBES,
     QUICK,
     RELU,
+    SILU,
     SQRT_2_OVER_PI,
     TANH,
     TANH_CUBIC_COEFF,
     UNKNOWN,
     classify,
     exact,
+    is_gelu_shaped,
     quick,
     residuals,
     tanh,
@@ -38,7 +40,7 @@ def float32_exact(x: np.ndarray) -> np.ndarray:
 
 
 def test_catalogue_names_every_flavour_and_only_unknown_lacks_a_reference():
-    assert set(FLAVOURS) == {EXACT, TANH, QUICK, RELU, IDENTITY, UNKNOWN}
+    assert set(FLAVOURS) == {EXACT, TANH, QUICK, RELU, IDENTITY, SILU, UNKNOWN}
     assert [name for name, f in FLAVOURS.items() if f.reference is None] == [UNKNOWN]
     assert all(f.description for f in FLAVOURS.values())
 
@@ -102,10 +104,10 @@ def test_quick_with_1_7_is_unknown():
     assert (result.flavour, result.confident) == (UNKNOWN, True)
 
 
-def test_silu_is_not_gelu_shaped():
+def test_silu_is_a_flavour_of_its_own_and_not_gelu_shaped():
     result = classify(PROBES, PROBES / (1 + np.exp(-PROBES)))
-    assert (result.flavour, result.confident) == (UNKNOWN, False)
-    assert "not GELU-shaped" in result.note
+    assert (result.flavour, result.confident) == (SILU, True)
+    assert not is_gelu_shaped(result.residuals)
 
 
 def test_float16_cannot_separate_exact_from_tanh_but_can_see_quick():

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from verifiers.gelu import EXACT, QUICK, RELU, TANH, UNKNOWN
-from verifiers.gelu.chains import ChainGraph, Match, OpNode, find_relu_sites, find_sites
+from verifiers.gelu.catalogue import SILU
+from verifiers.gelu.chains import ChainGraph, Match, OpNode, find_relu_sites, find_silu_sites, find_sites
 
 
 def node(name, op, inputs, output=None, **attrs):
@@ -80,10 +81,11 @@ def test_constants_are_judged_at_their_stored_precision(dtype, claimed):
     assert site.claimed == claimed
 
 
-@pytest.mark.parametrize(("alpha", "claimed"), [(1.702, QUICK), (1.6, UNKNOWN), (1.0, None)])
-def test_sigmoid_chain_is_quick_unknown_or_no_site(alpha, claimed):
+@pytest.mark.parametrize(("alpha", "claimed"), [(1.702, QUICK), (1.6, UNKNOWN), (1.0, SILU), (8.0, None)])
+def test_sigmoid_chain_is_quick_unknown_silu_or_no_site(alpha, claimed):
     nodes = [node("ax", "Mul", ["alpha", "x"]), node("s", "Sigmoid", ["ax"]), node("y", "Mul", ["x", "s"])]
-    found = find_sites(graph(nodes, "y", alpha=np.float64(alpha)))
+    g = graph(nodes, "y", alpha=np.float64(alpha))
+    found = find_sites(g) + find_silu_sites(g)
     assert [s.claimed for s in found] == ([claimed] if claimed else [])
 
 

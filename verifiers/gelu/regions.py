@@ -1,0 +1,232 @@
+"""Elementwise regions: structure proposes candidate activation sites, the numbers decide.
+
+A region is what a neutral graph computes elementwise from one variable tensor (its root): the
+ops of `ELEMENTWISE` whose every input is the root, a tensor the region already computes, or a
+scalar constant. A region that holds a nonlinearity (`NONLINEAR`) is evaluated on the catalogue's
+probes, core and tails, in float64 rounded to each tensor's dtype where the graph gives one, and
+every tensor it computes is classified. The last tensor (graph order) that computes a GELU
+flavour, a GELU-shaped unknown curve or a SiLU, possibly times a constant scale, and whose
+intermediate tensors leave nothing to the rest of the graph, is a site; a trailing Cast is left
+out of the site when the tensor before it classifies more surely (a float16 model that upcasts
+around its GELU). The search then goes on in what is left, so a region holds any number of sites.
+
+The templates in `chains` stay the fast path that names what they find (erf-chain, Gelu); any
+spelling they miss (a clamped tanh argument, erf(x/1.414213562) written with Erfc, a Sum of
+terms, ops wrapped in casts) is found here by what it computes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from .catalogue import (
+    FLOAT16_TOLERANCE,
+    FLOAT32_TOLERANCE,
+    GELU_FAMILY,
+    SILU,
+    UNKNOWN,
+    Classification,
+    classify,
+    exact,
+    probe_inputs,
+    tanh,
+)
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def _clip(node_attrs: dict, x, *bounds):
+    low = bounds[0] if len(bounds) > 0 and bounds[0] is not None else node_attrs.get("min")
+    high = bounds[1] if len(bounds) > 1 and bounds[1] is not None else node_attrs.get("max")
+    return np.clip(x, -np.inf if low is None else low, np.inf if high is None else high)
+
+
+def _gelu(node_attrs: dict, x):
+    return tanh(x) if node_attrs.get("approximate", "none") == "tanh" else exact(x)
+
+
+# Neutral op -> its float64 function (attrs first for the ops that read attributes).
+_UNARY: dict[str, Callable] = {
+    "Neg": np.negative, "Erf": _erf, "Tanh": np.tanh, "Sigmoid": lambda v: 1.0 / (1.0 + np.exp(-v)),
+    "Exp": np.exp, "Relu": lambda v: np.maximum(v, 0.0), "Abs": np.abs, "Sqrt": np.sqrt,
+    "Reciprocal": lambda v: 1.0 / v, "Log": np.log, "Softplus": lambda v: np.logaddexp(0.0, v),
+    "Identity": lambda v: v, "Cast": lambda v: v, "Silu": lambda v: v / (1.0 + np.exp(-v)),
+}
+_BINARY: dict[str, Callable] = {
+    "Mul": np.multiply, "Div": np.divide, "Add": np.add, "Sub": np.subtract, "Pow": np.power,
+}
+_VARIADIC: dict[str, Callable] = {
+    "Sum": lambda *a: sum(a[1:], a[0]), "Min": lambda *a: np.minimum.reduce(np.broadcast_arrays(*a)),
+    "Max": lambda *a: np.maximum.reduce(np.broadcast_arrays(*a)),
+}
+_WITH_ATTRS: dict[str, Callable] = {"Clip": _clip, "Gelu": _gelu}
+ELEMENTWISE = frozenset([*_UNARY, *_BINARY, *_VARIADIC, *_WITH_ATTRS])
+NONLINEAR = frozenset(["Erf", "Tanh", "Sigmoid", "Exp", "Relu", "Softplus", "Log", "Gelu", "Silu"])
+_MAX_REGION_NODES = 128
+
+
+def evaluate(op: str, attrs: dict, args: list) -> np.ndarray:
+    """One neutral elementwise op on float64 arrays or scalars."""
+    if op in _UNARY:
+        return _UNARY[op](args[0])
+    if op in _BINARY:
+        return _BINARY[op](args[0], args[1])
+    if op in _VARIADIC:
+        return _VARIADIC[op](*args)
+    return _WITH_ATTRS[op](attrs, *args)
+
+
+@dataclass(frozen=True)
+class RegionSite:
+    """A site found by the numbers: node indices, root and output tensors, what it computes."""
+
+    nodes: frozenset[int]
+    input: str
+    output: str
+    classification: Classification
+
+
+def _is_site(c: Classification) -> bool:
+    if c.flavour in GELU_FAMILY or c.flavour == SILU:
+        return True
+    return c.flavour == UNKNOWN and c.confident  # GELU-shaped off the curves, or a broken tail
+
+
+def _tolerance(dtype: np.dtype | None) -> float:
+    return FLOAT16_TOLERANCE if dtype is not None and np.dtype(dtype) == np.float16 else FLOAT32_TOLERANCE
+
+
+class RegionFinder:
+    """Finds the region sites of a ChainGraph (see the module docstring)."""
+
+    def __init__(self, graph):
+        self.graph = graph
+        self.dtypes = getattr(graph, "dtypes", {}) or {}
+
+    def _closure(self, root: str, taken: set[int]) -> list[int]:
+        graph = self.graph
+        known, closure, queue = {root}, set(), [root]
+        while queue and len(closure) < _MAX_REGION_NODES:
+            for i in graph.consumers.get(queue.pop(), []):
+                node = graph.nodes[i]
+                if i in closure or i in taken or node.op not in ELEMENTWISE or len(node.outputs) != 1:
+                    continue
+                if all(not t or t in known or graph.scalar(t) is not None for t in node.inputs):
+                    closure.add(i)
+                    known.add(node.outputs[0])
+                    queue.append(node.outputs[0])
+        return sorted(closure)
+
+    def _dtype(self, tensor: str, node=None, inherited: np.dtype | None = None) -> np.dtype | None:
+        dtype = self.dtypes.get(tensor)
+        if dtype is None and node is not None and node.op == "Cast":
+            dtype = node.attrs.get("to")
+        if dtype is None:
+            dtype = inherited
+        return None if dtype is None else np.dtype(dtype)
+
+    def _evaluate(self, root: str, closure: list[int]):
+        """Values and dtypes of every tensor the closure computes from the probes at root."""
+        graph = self.graph
+        root_dtype = self._dtype(root) or np.dtype(np.float32)
+        if root_dtype.kind != "f":
+            return None, None
+        x = probe_inputs(root_dtype).astype(np.float64)
+        values, dtypes = {root: x}, {root: root_dtype}
+        with np.errstate(all="ignore"):
+            for i in closure:
+                node = graph.nodes[i]
+                args, inherited = [], None
+                for t in node.inputs:
+                    if not t:
+                        args.append(None)
+                    elif t in values:
+                        args.append(values[t])
+                        inherited = inherited or dtypes[t]
+                    else:
+                        args.append(graph.scalar(t).coeff)
+                out_name = node.outputs[0]
+                dtype = self._dtype(out_name, node, inherited)
+                if dtype is not None and dtype.kind != "f":
+                    continue  # integer or boolean intermediates end the evaluation there
+                value = np.asarray(evaluate(node.op, node.attrs, args), dtype=np.float64)
+                value = np.broadcast_to(value, x.shape)
+                if dtype is not None:
+                    value = value.astype(dtype).astype(np.float64)
+                values[out_name], dtypes[out_name] = value, dtype
+        return values, dtypes
+
+    def _cone(self, output: str, closure: set[int]) -> set[int]:
+        graph = self.graph
+        cone, stack = set(), [graph.producer[output]]
+        while stack:
+            i = stack.pop()
+            if i in cone:
+                continue
+            cone.add(i)
+            stack.extend(j for t in graph.nodes[i].inputs if (j := graph.producer.get(t)) is not None and j in closure)
+        return cone
+
+    def _leaks(self, cone: set[int], output: str) -> bool:
+        graph = self.graph
+        for i in cone:
+            t = graph.nodes[i].outputs[0]
+            if t != output and (t in graph.graph_outputs or any(c not in cone for c in graph.consumers.get(t, []))):
+                return True
+        return False
+
+    def _pick(self, root: str, closure: list[int], values, dtypes, taken: set[int]) -> RegionSite | None:
+        graph = self.graph
+        inside = set(closure)
+        x = values[root]
+        for i in reversed(closure):
+            if i in taken:
+                continue
+            out = graph.nodes[i].outputs[0]
+            if out not in values:
+                continue
+            c = classify(x.astype(dtypes[root]), values[out].astype(dtypes[out] or np.float64),
+                         _tolerance(dtypes[out]))
+            if not _is_site(c):
+                continue
+            cone = self._cone(out, inside)
+            if cone & taken or not any(graph.nodes[j].op in NONLINEAR for j in cone) or self._leaks(cone, out):
+                continue
+            node = graph.nodes[i]
+            if node.op == "Cast" and not c.confident and node.inputs[0] in values and node.inputs[0] != root:
+                inner = node.inputs[0]
+                ci = classify(x.astype(dtypes[root]), values[inner].astype(dtypes[inner] or np.float64),
+                              _tolerance(dtypes[inner]))
+                if _is_site(ci) and ci.confident:
+                    cone, out, c = cone - {i}, inner, ci
+            return RegionSite(frozenset(cone), root, out, c)
+        return None
+
+    def sites(self, covered: set[int]) -> list[RegionSite]:
+        """Region sites among the nodes not in `covered` (the templates' sites), graph order."""
+        graph = self.graph
+        taken = set(covered)
+        inner_of_taken: set[str] = set()
+        found: list[RegionSite] = []
+        roots = dict.fromkeys(
+            t for i, node in enumerate(graph.nodes) if node.op in ELEMENTWISE and i not in taken
+            for t in node.inputs if t and graph.scalar(t) is None
+        )
+        for root in roots:
+            if root in inner_of_taken:
+                continue
+            closure = self._closure(root, taken)
+            if not any(graph.nodes[i].op in NONLINEAR for i in closure):
+                continue
+            values, dtypes = self._evaluate(root, closure)
+            if values is None:
+                continue
+            while (site := self._pick(root, closure, values, dtypes, taken)) is not None:
+                found.append(site)
+                taken |= site.nodes
+                inner_of_taken |= {graph.nodes[j].outputs[0] for j in site.nodes} - {site.output}
+        return sorted(found, key=lambda s: min(s.nodes))
