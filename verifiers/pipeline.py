@@ -160,7 +160,8 @@ def judge_gelu(report: Report, source: Source, path: Path, fmt: str, feed, compa
         progress("finding the GELU sites of the source and measuring the artifact's")
         try:
             with quiet_exporter():
-                source_sites = [SiteFlavour(s, s.claimed) for s in source.framework.activation_sites(source, feed)]
+                source_sites = [SiteFlavour(s, s.claimed, scale=s.scale)
+                                for s in source.framework.activation_sites(source, feed)]
         except ExportgateError:
             raise
         except Exception as exc:

@@ -19,16 +19,16 @@ import onnxruntime as ort
 from onnx import helper, numpy_helper
 from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
 
-from verifiers.onnx_model import elem_types, with_imported_domains
+from verifiers.onnx_model import elem_types, iter_nodes, with_imported_domains
 
 from .catalogue import (
     FLOAT16_TOLERANCE,
     FLOAT32_TOLERANCE,
-    PROBES,
     UNKNOWN,
     Classification,
     Site,
     classify,
+    probe_inputs,
 )
 from .onnx_sites import node_label, scalar_constants
 
@@ -56,12 +56,13 @@ class Fingerprint:
         return self.classification.flavour
 
 
-def probe_model(model: onnx.ModelProto, site: Site, elem_type: int) -> onnx.ModelProto:
-    """The site's nodes as a model from site.input (shape [n, 1]) to site.output.
+def probe_model(model: onnx.ModelProto, site: Site, elem_type: int, output_type: int | None = None) -> onnx.ModelProto:
+    """The site's nodes as a model from site.input (shape [n, 1]) to site.output (of output_type,
+    by default the input's: a site may end in a Cast).
 
     Scalar constants keep their values; any other side input (a bias) becomes zeros [1].
     """
-    by_label = {node_label(n): n for n in reversed(model.graph.node)}
+    by_label = {node_label(n): n for n in reversed(list(iter_nodes(model.graph)))}
     nodes = [by_label[label] for label in site.nodes]
     constants = scalar_constants(model.graph)
     produced = {out for n in nodes for out in n.output}
@@ -77,7 +78,7 @@ def probe_model(model: onnx.ModelProto, site: Site, elem_type: int) -> onnx.Mode
     graph = helper.make_graph(
         nodes, "gelu_probe",
         [helper.make_tensor_value_info(site.input, elem_type, ["n", 1])],
-        [helper.make_tensor_value_info(site.output, elem_type, None)],
+        [helper.make_tensor_value_info(site.output, output_type or elem_type, None)],
         list(initializers.values()),
     )
     return helper.make_model(graph, opset_imports=with_imported_domains(model).opset_import, ir_version=model.ir_version)
@@ -92,15 +93,19 @@ def _run(probe: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
     return session.run(None, {session.get_inputs()[0].name: x})[0]
 
 
-def fingerprint_site(model: onnx.ModelProto, site: Site, elem_type: int) -> Fingerprint:
-    """Probe one site whose input has the given ONNX element type."""
+def fingerprint_site(model: onnx.ModelProto, site: Site, elem_type: int, output_type: int | None = None) -> Fingerprint:
+    """Probe one site whose input (and output, when given) has the given ONNX element type, on the
+    core and tail probes; the output's precision sets the match tolerance."""
     type_name = onnx.helper.tensor_dtype_to_np_dtype(elem_type).name if elem_type else "undefined"
+    output_type = output_type if output_type in _PROBE_TYPES else elem_type
     if elem_type not in _PROBE_TYPES:
         return Fingerprint(site, type_name, Classification(UNKNOWN, {}, False, f"cannot probe {type_name} sites"))
-    np_dtype, tolerance = _PROBE_TYPES[elem_type]
-    x = PROBES.astype(np_dtype).reshape(-1, 1)
+    np_dtype = _PROBE_TYPES[elem_type][0]
+    tolerance = max(_PROBE_TYPES[elem_type][1], _PROBE_TYPES[output_type][1]) if output_type == elem_type \
+        else _PROBE_TYPES[output_type][1]
+    x = probe_inputs(np_dtype).reshape(-1, 1)
     try:
-        y = _run(probe_model(model, site, elem_type), x)
+        y = _run(probe_model(model, site, elem_type, output_type), x)
     except _ORT_ERRORS as error:
         first_line = str(error).splitlines()[0]
         return Fingerprint(site, type_name, Classification(UNKNOWN, {}, False, f"probe did not run: {first_line}"))
@@ -112,5 +117,6 @@ def fingerprint_sites(model: onnx.ModelProto, sites: list[Site]) -> list[Fingerp
 
     A site whose input type is neither declared nor inferable is probed as float32.
     """
-    types = elem_types(model, {s.input for s in sites})
-    return [fingerprint_site(model, s, types.get(s.input, onnx.TensorProto.FLOAT)) for s in sites]
+    types = elem_types(model, {s.input for s in sites} | {s.output for s in sites})
+    return [fingerprint_site(model, s, types.get(s.input, onnx.TensorProto.FLOAT), types.get(s.output))
+            for s in sites]

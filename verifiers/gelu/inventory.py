@@ -7,7 +7,7 @@ import onnx
 from .catalogue import RELU, Site
 from .fingerprint import Fingerprint, fingerprint_sites
 from .onnx_normalize import split_duplicate_gemms
-from .onnx_sites import find_gelu_sites, find_relu_sites, node_label
+from .onnx_sites import find_activation_sites, node_label, searchable
 from .verdict import SiteFlavour
 
 
@@ -15,9 +15,10 @@ def measured_flavour(print_: Fingerprint) -> SiteFlavour:
     """The flavour a site computes: measured when the probes are conclusive, else claimed."""
     site, result = print_.site, print_.classification
     if result.confident:
-        return SiteFlavour(site, result.flavour, result.flavour, result.residuals, True, result.note)
+        return SiteFlavour(site, result.flavour, result.flavour, result.residuals, True, result.note,
+                           result.scale)
     note = f"{print_.dtype} probes inconclusive ({result.note}); judged by structure: {site.claimed}"
-    return SiteFlavour(site, site.claimed, result.flavour, result.residuals, False, note)
+    return SiteFlavour(site, site.claimed, result.flavour, result.residuals, False, note, site.scale)
 
 
 def in_graph_order(entries: list[SiteFlavour], order: dict[str, int]) -> list[SiteFlavour]:
@@ -25,13 +26,17 @@ def in_graph_order(entries: list[SiteFlavour], order: dict[str, int]) -> list[Si
 
 
 def onnx_inventory(model: onnx.ModelProto) -> list[SiteFlavour]:
-    """GELU sites (measured) and ReLU sites of an ONNX model's top-level graph (read through
-    `split_duplicate_gemms`, so a site may name the nodes that undo a fusion)."""
-    model = split_duplicate_gemms(model)
-    gelus = [measured_flavour(p) for p in fingerprint_sites(model, find_gelu_sites(model))]
-    relus = [SiteFlavour(site, RELU) for site in find_relu_sites(model)]
-    order = {node_label(node): i for i, node in enumerate(model.graph.node)}
-    return in_graph_order(gelus + relus, order)
+    """GELU and SiLU sites (measured) and ReLU sites of an ONNX model, subgraphs and local
+    functions included (read through `split_duplicate_gemms`, so a site may name the nodes that
+    undo a fusion)."""
+    from verifiers.onnx_model import iter_nodes
+
+    model = split_duplicate_gemms(searchable(model))
+    sites = find_activation_sites(model)
+    measured = [measured_flavour(p) for p in fingerprint_sites(model, [s for s in sites if s.claimed != RELU])]
+    relus = [SiteFlavour(site, RELU) for site in sites if site.claimed == RELU]
+    order = {node_label(node): i for i, node in enumerate(iter_nodes(model.graph))}
+    return in_graph_order(measured + relus, order)
 
 
 def describe_sites(entries: list[SiteFlavour]) -> list[dict]:

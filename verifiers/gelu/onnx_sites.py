@@ -2,8 +2,13 @@
 
 The graph becomes a neutral `chains.ChainGraph` (ONNX op names are its vocabulary; ops of
 other domains are named "{domain}.{op}"), where the shared matchers find erf, tanh and sigmoid
-chains and Gelu-20 nodes. The fused com.microsoft ops (Gelu, FastGelu, BiasGelu, QuickGelu)
-are matched here. Only the top-level graph is searched.
+chains and Gelu-20 nodes; what they miss is found by its numbers (`regions`). The fused
+com.microsoft ops (Gelu, FastGelu, BiasGelu, QuickGelu) are matched here.
+
+Scalar constants include what Constant, CastLike, Cast, Sqrt and other elementwise ops compute
+from scalars alone (the ONNX function bodies write Gelu's constants that way). If/Loop/Scan
+bodies are searched with the graph that holds them (a body's outputs count as graph outputs);
+local functions are searched once inlined (`searchable`).
 """
 
 from __future__ import annotations
@@ -34,21 +39,58 @@ def _constant_scalar(node: onnx.NodeProto) -> np.ndarray | None:
     return None
 
 
+def _graphs(graph: onnx.GraphProto):
+    """The graph and every subgraph (If/Loop/Scan bodies) inside it."""
+    yield graph
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                yield from _graphs(attr.g)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for sub in attr.graphs:
+                    yield from _graphs(sub)
+
+
+def _nodes(graph: onnx.GraphProto):
+    return [node for g in _graphs(graph) for node in g.node]
+
+
+def _fold(node: onnx.NodeProto, out: dict[str, np.ndarray]) -> np.ndarray | None:
+    """What an elementwise node computes from scalar constants alone, else None."""
+    from .regions import ELEMENTWISE, evaluate
+
+    if node.domain not in ("", "ai.onnx") or len(node.output) != 1:
+        return None
+    if node.op_type == "Constant":
+        return _constant_scalar(node)
+    if node.op_type == "CastLike" and node.input[0] in out:
+        return out[node.input[0]]
+    inputs = [name for name in node.input if name]
+    if node.op_type not in ELEMENTWISE or not inputs or any(name not in out for name in inputs):
+        return None
+    attrs = _op_node(node).attrs
+    first = out[inputs[0]]
+    with np.errstate(all="ignore"):
+        value = evaluate(node.op_type, attrs, [out[name] if name else None for name in node.input])
+    dtype = attrs["to"] if node.op_type == "Cast" else first.dtype
+    return np.asarray(value, dtype=dtype)
+
+
 def scalar_constants(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
-    """One-element initializers (stored inline) and Constant node outputs, by tensor name.
+    """One-element initializers (stored inline), Constant node outputs and what elementwise
+    nodes compute from them alone, by tensor name, in this graph and its subgraphs.
 
     Only scalars are read, so large weights are never converted.
     """
     out = {
         init.name: numpy_helper.to_array(init)
-        for init in graph.initializer
+        for g in _graphs(graph) for init in g.initializer
         if math.prod(init.dims) == 1 and init.data_location != onnx.TensorProto.EXTERNAL
     }
-    for node in graph.node:
-        if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
-            value = _constant_scalar(node)
-            if value is not None:
-                out[node.output[0]] = value
+    for node in _nodes(graph):
+        value = _fold(node, out)
+        if value is not None and value.size == 1:
+            out[node.output[0]] = value
     return out
 
 
@@ -61,13 +103,32 @@ def _op_node(node: onnx.NodeProto) -> chains.OpNode:
     op = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
     attrs = {}
     for a in node.attribute:
+        if a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
+            continue
         value = onnx.helper.get_attribute_value(a)
         attrs[a.name] = value.decode() if isinstance(value, bytes) else value
-    return chains.OpNode(node_label(node), op, tuple(node.input), tuple(node.output), attrs)
+    inputs = tuple(node.input)
+    if op == "Cast":
+        attrs["to"] = onnx.helper.tensor_dtype_to_np_dtype(attrs["to"])
+    elif op == "CastLike":  # the target type is the second input's: read as a cast of the first
+        op, inputs = "Cast", inputs[:1]
+    elif op in ("If", "Loop", "Scan"):  # opaque, but it reads what its bodies return
+        inputs += tuple(o.name for a in node.attribute if a.type == onnx.AttributeProto.GRAPH for o in a.g.output)
+    return chains.OpNode(node_label(node), op, inputs, tuple(node.output), attrs)
 
 
 def _chain_graph(graph: onnx.GraphProto) -> chains.ChainGraph:
-    return chains.ChainGraph([_op_node(n) for n in graph.node], scalar_constants(graph), [o.name for o in graph.output])
+    outputs = [o.name for g in _graphs(graph) for o in g.output]
+    return chains.ChainGraph([_op_node(n) for n in _nodes(graph)], scalar_constants(graph), outputs)
+
+
+def searchable(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The model with its local functions inlined (the model itself when it has none)."""
+    if not model.functions:
+        return model
+    from onnx import inliner
+
+    return inliner.inline_local_functions(model)
 
 
 def _match_microsoft(graph: chains.ChainGraph, i: int) -> chains.Match | None:
@@ -92,13 +153,24 @@ def _match_microsoft(graph: chains.ChainGraph, i: int) -> chains.Match | None:
 
 
 def find_gelu_sites(model: onnx.ModelProto) -> list[Site]:
-    """Every GELU site in the model's top-level graph, in graph order.
+    """Every GELU site in the model's graph and its subgraphs, in graph order (pass the model
+    through `searchable` to search its local functions too).
 
-    Relu nodes are not GELU sites; list them with `find_relu_sites`.
+    Relu and SiLU nodes are not GELU sites; list them with `find_relu_sites` and `find_silu_sites`.
     """
     return chains.find_sites(_chain_graph(model.graph), _match_microsoft)
+
+
+def find_silu_sites(model: onnx.ModelProto) -> list[Site]:
+    """SiLU sites (x*sigmoid(x)), ids "silu:{index}:{node}"."""
+    return chains.find_silu_sites(_chain_graph(model.graph), _match_microsoft)
 
 
 def find_relu_sites(model: onnx.ModelProto) -> list[Site]:
     """Relu nodes as sites (claimed relu), ids "relu:{index}:{node}", for the verdict step."""
     return chains.find_relu_sites(_chain_graph(model.graph), "Relu")
+
+
+def find_activation_sites(model: onnx.ModelProto) -> list[Site]:
+    """GELU, SiLU and ReLU sites together, in graph order."""
+    return chains.find_activation_sites(_chain_graph(model.graph), "Relu", _match_microsoft)

@@ -24,12 +24,12 @@ from verifiers.tflite_model import TFLiteModel, as_model, schema
 
 from .catalogue import (
     FLOAT32_TOLERANCE,
-    PROBES,
     RELU,
     UNKNOWN,
     Classification,
     Site,
     classify,
+    probe_inputs,
 )
 from .inventory import in_graph_order, measured_flavour
 from .tflite_sites import SUBGRAPH, TFLiteGraph, _gelu_sites, _relu_sites, read_graph
@@ -89,7 +89,7 @@ def probe_model(graph: TFLiteGraph, site: Site) -> bytes:
                 q.scale, q.zeroPoint = [src.scale], [src.zero_point]
                 new.quantization = q
         elif t == source_input or t in produced:
-            new.shape, new.shapeSignature = [len(PROBES)], [-1]
+            new.shape, new.shapeSignature = [len(probe_inputs())], [-1]
         else:  # a side input that is not a constant: zeros, so the probe measures the activation
             new.shape = [1]
             buf = s.BufferT()
@@ -171,7 +171,7 @@ def fingerprint_site(graph: TFLiteGraph, site: Site) -> TFLiteFingerprint:
         what = f"{tensor.dtype}{' quantized' if tensor.quantized else ''}"
         return TFLiteFingerprint(site, tensor.dtype, Classification(
             UNKNOWN, {}, False, f"{what} site: probes cannot separate exact from tanh"))
-    x = PROBES.astype(np.float32)
+    x = probe_inputs(np.float32)
     try:
         content = probe_model(graph, site)
         y = run_probe(content, x).reshape(-1)

@@ -1,19 +1,26 @@
 """The GELU verdict: align the source's activation sites with the artifact's and say what changed.
 
-Both sides are lists of activation sites in graph order, GELU sites and ReLU sites together, each
+Both sides are lists of activation sites in graph order, GELU, SiLU and ReLU sites together, each
 with the flavour it computes (for the artifact: measured when the measurement is confident, else
-claimed by structure). The two sequences are aligned by order and flavour with an edit distance,
-so a GELU that turned into a ReLU, disappeared or appeared is placed where it happened. Every
-aligned pair that involves a GELU becomes one SiteVerdict; ReLU-to-ReLU pairs are not listed.
+claimed by structure). Sites no output depends on (dead code: exporters drop it) are listed as
+unused and not judged. The used sites of the two sides are aligned by order and flavour with an
+edit distance, so a GELU that turned into a ReLU or a SiLU, disappeared or appeared is placed where
+it happened. Every aligned pair that involves a GELU becomes one SiteVerdict; ReLU-to-ReLU and
+SiLU-to-SiLU pairs are not listed. A site computing its flavour times another constant than the
+source's is kept only when the linear op(s) taking its whole output absorb the scale (a converter
+folded GELU's 0.5 into the next layer's weights; the outputs comparison checks the product).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .catalogue import RELU, Site
+import math
 
-KEPT, CHANGED, DECLARED, REMOVED, ADDED = "kept", "changed", "declared", "removed", "added"
+from .catalogue import OTHER_ACTIVATIONS, Site
+
+KEPT, CHANGED, DECLARED, REMOVED, ADDED, UNUSED = "kept", "changed", "declared", "removed", "added", "unused"
+_SCALE_TOLERANCE = 1e-3
 
 
 @dataclass(frozen=True)
@@ -26,11 +33,12 @@ class SiteFlavour:
     residuals: dict[str, float] = field(default_factory=dict)
     confident: bool = True  # False when the probes could not separate the flavours (float16, int8)
     note: str = ""
+    scale: float = 1.0  # the site computes scale * flavour
 
 
 @dataclass(frozen=True)
 class SiteVerdict:
-    status: str  # kept, changed, declared, removed, added
+    status: str  # kept, changed, declared, removed, added, unused
     source: SiteFlavour | None
     artifact: SiteFlavour | None
 
@@ -40,6 +48,10 @@ class SiteVerdict:
 
     def message(self) -> str:
         src, art = self.source, self.artifact
+        if self.status == UNUSED:
+            side, where = (src, "source") if src is not None else (art, "artifact")
+            return (f"GELU unused: {where} site {_describe(side)} ({side.flavour}) reaches no output; "
+                    "not judged")
         if self.status == REMOVED:
             return f"GELU gone: source site {_describe(src)} ({src.flavour}) has no counterpart in the artifact"
         if self.status == ADDED:
@@ -50,6 +62,11 @@ class SiteVerdict:
         deviation = art.residuals.get(src.flavour)
         if self.status != KEPT and deviation is not None:
             text += f" ({deviation:.2g} from {src.flavour} on the probes)"
+        if _scale_differs(src, art):
+            ratio = art.scale / src.scale
+            text += (f"; it computes {ratio:.6g} x the source's curve"
+                     + (f", a scale absorbed by the {art.site.absorbed_by} it feeds" if self.status == KEPT
+                        else ", and nothing linear after it absorbs the scale"))
         if not art.confident:
             text += f"; {art.note or 'measurement inconclusive, judged by structure'}"
         return text
@@ -67,9 +84,17 @@ class SiteVerdict:
             "source_site": src.site.site_id if src else None,
             "source_op": src.site.op if src else None,
             "source_flavour": src.flavour if src else None,
+            "scale": art.scale if art else None,
+            "source_scale": src.scale if src else None,
             "note": art.note if art else "",
             "message": self.message(),
         }
+
+
+def _scale_differs(src: SiteFlavour, art: SiteFlavour) -> bool:
+    if not (math.isfinite(src.scale) and math.isfinite(art.scale)) or src.scale == 0:
+        return True
+    return abs(art.scale / src.scale - 1.0) > _SCALE_TOLERANCE
 
 
 def _describe(side: SiteFlavour) -> str:
@@ -109,27 +134,30 @@ def align(source: list[SiteFlavour], artifact: list[SiteFlavour]) -> list[tuple[
 def judge(
     source: list[SiteFlavour], artifact: list[SiteFlavour], declared: dict[str, str] | None = None
 ) -> list[SiteVerdict]:
-    """One verdict per aligned pair that involves a GELU. `declared` maps a source flavour to the
-    flavour the user asked for (e.g. {"exact": "tanh"}): such changes are listed, not failed."""
+    """One verdict per aligned pair that involves a GELU, and one per unused GELU site. `declared`
+    maps a source flavour to the flavour the user asked for (e.g. {"exact": "tanh"}): such changes
+    are listed, not failed."""
     declared = declared or {}
     verdicts = []
-    for src, art in align(source, artifact):
+    for src, art in align([s for s in source if s.site.used], [a for a in artifact if a.site.used]):
         if src is not None and art is not None:
-            if src.flavour == RELU and art.flavour == RELU:
+            if src.flavour in OTHER_ACTIVATIONS and art.flavour == src.flavour:
                 continue
             if src.flavour == art.flavour:
-                status = KEPT
+                status = CHANGED if _scale_differs(src, art) and not art.site.absorbed_by else KEPT
             elif declared.get(src.flavour) == art.flavour:
                 status = DECLARED
             else:
                 status = CHANGED
         elif src is not None:
-            if src.flavour == RELU:
+            if src.flavour in OTHER_ACTIVATIONS:
                 continue  # a ReLU gone is a numeric matter, not a GELU one
             status = REMOVED
         else:
-            if art.flavour == RELU:
+            if art.flavour in OTHER_ACTIVATIONS:
                 continue
             status = ADDED
         verdicts.append(SiteVerdict(status, src, art))
-    return verdicts
+    unused = [SiteVerdict(UNUSED, s, None) for s in source if not s.site.used and s.flavour not in OTHER_ACTIVATIONS]
+    unused += [SiteVerdict(UNUSED, None, a) for a in artifact if not a.site.used and a.flavour not in OTHER_ACTIVATIONS]
+    return verdicts + unused
