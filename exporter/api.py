@@ -61,6 +61,7 @@ def export(
     seed: int = 0,
     batches: int = DEFAULT_BATCHES,
     verify: bool = True,
+    gelu_guard: bool = True,
     report_path: str | Path | None = None,
     progress: Progress = _silent,
 ) -> Report:
@@ -117,7 +118,7 @@ def export(
                 if before_rewrite is not None:
                     _compare_before_rewrite(report, before_rewrite, to, feeds, reference, tolerances, progress)
                 verify_artifact(report, staging.path, to, source, feeds, reference, tolerances, progress,
-                                outcome.declared)
+                                outcome.declared, gelu_guard)
             except InvalidArtifact as exc:
                 message = str(exc).replace(f"{staging.path}: ", "")
                 report.fail("target", f"{report.exporter} wrote an artifact that does not load: {message}")
@@ -150,6 +151,7 @@ def verify(
     rtol: Sequence[str] = (),
     seed: int = 0,
     batches: int = DEFAULT_BATCHES,
+    gelu_guard: bool = True,
     report_path: str | Path | None = None,
     progress: Progress = _silent,
 ) -> Report:
@@ -174,7 +176,7 @@ def verify(
             progress(f"running the source model on {len(feeds)} batch(es)")
             reference = [src.run(feed) for feed in feeds]
         comparison = compare(report, runner, feeds, reference, tolerances, progress)
-        judge_gelu(report, src, artifact, fmt, feeds[0], comparison, tolerances, progress)
+        judge_gelu(report, src, artifact, fmt, feeds[0], comparison, tolerances, progress, enabled=gelu_guard)
     except ExportgateError as exc:
         report.fail(exc.kind, str(exc))
     finally:

@@ -34,6 +34,9 @@ RtolOption = Annotated[list[str], typer.Option(
 SeedOption = Annotated[int, typer.Option("--seed", help="Seed for the random verification batches.")]
 BatchesOption = Annotated[int, typer.Option("--batches", min=0, help="Random batches besides the example inputs.")]
 ReportOption = Annotated[Optional[Path], typer.Option("--report", help="Write the JSON report here.")]
+GeluGuardOption = Annotated[bool, typer.Option(
+    "--no-gelu-guard", help="Do not check the GELU sites (the report records it). Without it, a source "
+    "graph that cannot be read fails the run.")]
 MatrixOption = Annotated[Optional[Path], typer.Option(
     "--matrix", help="A YAML file of targets that adds to or overrides opset_matrix.yaml.")]
 
@@ -73,6 +76,7 @@ def export(
     seed: SeedOption = 0,
     batches: BatchesOption = 3,
     no_verify: Annotated[bool, typer.Option("--no-verify", help="Skip verification (the report says so).")] = False,
+    no_gelu_guard: GeluGuardOption = False,
     report: ReportOption = None,
 ) -> None:
     """Export MODEL, verify the artifact, and write it to --out only if it passes."""
@@ -81,7 +85,8 @@ def export(
     result = api.export(
         model, to=to, out=out, opset=opset, exporter=exporter, quantize=quantize, target=target, gelu=gelu,
         matrix=matrix, inputs=inputs, dynamic=dynamic, atol=atol,
-        rtol=rtol, seed=seed, batches=batches, verify=not no_verify, report_path=report, progress=_progress,
+        rtol=rtol, seed=seed, batches=batches, verify=not no_verify, gelu_guard=not no_gelu_guard,
+        report_path=report, progress=_progress,
     )
     _finish(result)
 
@@ -95,13 +100,14 @@ def verify(
     rtol: RtolOption = [],
     seed: SeedOption = 0,
     batches: BatchesOption = 3,
+    no_gelu_guard: GeluGuardOption = False,
     report: ReportOption = None,
 ) -> None:
     """Run ARTIFACT and its source model on the same inputs and compare every output."""
     from exporter import api
 
     result = api.verify(artifact, source=source, inputs=inputs, atol=atol, rtol=rtol, seed=seed,
-                        batches=batches, report_path=report, progress=_progress)
+                        batches=batches, gelu_guard=not no_gelu_guard, report_path=report, progress=_progress)
     _finish(result)
 
 

@@ -87,12 +87,12 @@ def record_artifact_facts(report: Report, path: Path, fmt: str) -> None:
 
 
 def verify_artifact(report, path, fmt, source, feeds, reference, tolerances, progress,
-                    declared: dict[str, str] | None = None) -> None:
+                    declared: dict[str, str] | None = None, gelu_guard: bool = True) -> None:
     with report.timed("load_artifact"):
         progress(f"loading the artifact in {runner_for(fmt).runtime}")
         runner = runner_for(fmt)(path)
     comparison = compare(report, runner, feeds, reference, tolerances, progress)
-    judge_gelu(report, source, path, fmt, feeds[0], comparison, tolerances, progress, declared)
+    judge_gelu(report, source, path, fmt, feeds[0], comparison, tolerances, progress, declared, gelu_guard)
 
 
 def compare_artifact(report, path, fmt, feeds, reference, tolerances, progress) -> None:
@@ -152,10 +152,18 @@ class Comparison:
 
 
 def judge_gelu(report: Report, source: Source, path: Path, fmt: str, feed, comparison: Comparison,
-                tolerances: Tolerances, progress, declared: dict[str, str] | None = None) -> None:
-    """Find every GELU on both sides, measure the artifact's, and fail on any silent change."""
+                tolerances: Tolerances, progress, declared: dict[str, str] | None = None,
+                enabled: bool = True) -> None:
+    """Find every GELU on both sides, measure the artifact's, and fail on any silent change.
+
+    A source graph that cannot be read fails the run (the guard cannot vouch for the artifact)
+    unless the user turned the guard off, which the report records."""
     from verifiers.gelu.verdict import DECLARED, SiteFlavour, judge
 
+    if not enabled:
+        report.gelu_guard = "off (--no-gelu-guard)"
+        report.notes.append("GELU guard off (--no-gelu-guard): no GELU site was checked")
+        return
     with report.timed("gelu"):
         progress("finding the GELU sites of the source and measuring the artifact's")
         try:
@@ -165,7 +173,9 @@ def judge_gelu(report: Report, source: Source, path: Path, fmt: str, feed, compa
         except ExportgateError:
             raise
         except Exception as exc:
-            report.gelu_guard = f"skipped: the source graph could not be read ({one_line(exc)})"
+            report.gelu_guard = "failed: the source graph could not be read"
+            report.fail("gelu_guard", f"the GELU guard could not read the source graph ({one_line(exc)}); "
+                                "pass --no-gelu-guard to ship without the guard")
             return
         artifact_sites = ARTIFACT_INVENTORIES[fmt](path)
         verdicts = judge(source_sites, artifact_sites, declared)

@@ -50,18 +50,20 @@ class KerasFramework(Framework):
 
         keras = self.require("keras")
         self._check_backend(keras)
+        takes_dict = _takes_dict(model)
         try:
+            struct = model.input if takes_dict else dict(zip((t.name for t in model.inputs), model.inputs))
             declared = [
                 InputSpec(
-                    t.name,
+                    name,
                     tuple(DEFAULT_DYNAMIC_SIZE if d is None else int(d) for d in t.shape),
                     str(t.dtype),
                 )
-                for t in model.inputs
+                for name, t in struct.items()
             ]
         except (AttributeError, ValueError):
             declared = []  # an unbuilt Sequential model: its inputs come from the example or --input
-        by_keyword = isinstance(example, Mapping)
+        by_keyword = isinstance(example, Mapping) or takes_dict
         arrays = None
         if example is not None:
             values = list(example.values()) if by_keyword else list(example)
@@ -101,9 +103,12 @@ class KerasFramework(Framework):
 
 
     def activation_sites(self, source, feed):
+        """Traced the way the export traces it: the serving function, inputs by name when the
+        model takes them so."""
         from verifiers.gelu.keras_sites import keras_activation_sites
 
-        return keras_activation_sites(source.model, self.tensor_signature(source))
+        call = self.serving_function(source, [])
+        return keras_activation_sites(source.model, self.tensor_signature(source), call=call)
 
     def tensor_signature(self, source, dynamic: set[tuple[str, int]] = frozenset()) -> list:
         """tf.TensorSpecs of the source's inputs, named as the source names them; the (input, axis)
@@ -130,6 +135,15 @@ class KerasFramework(Framework):
             return dict(zip(output_names or output_names_of(model, result)[0], values))
 
         return serve
+
+
+def _takes_dict(model: Any) -> bool:
+    """Whether the model was built on a dict of inputs: it takes them by key only (a list would
+    have to follow the keys' sorted order, not the order the model lists them in)."""
+    try:
+        return isinstance(model.input, Mapping)
+    except (AttributeError, ValueError):  # never called: no defined input
+        return False
 
 
 def output_names_of(model: Any, result: Any) -> tuple[list[str], bool]:

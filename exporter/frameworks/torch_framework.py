@@ -79,8 +79,12 @@ class TorchFramework(Framework):
         return names, real, arrays
 
     def activation_sites(self, source, feed):
+        """Captured in inference mode, as the source runs (BatchNorm on batch 1, Dropout off)."""
         from verifiers.gelu.torch_sites import torch_activation_sites
 
+        torch = self.require("torch")
+        if isinstance(source.model, torch.nn.Module):
+            source.model.eval()
         args, kwargs = self.example_tensors(source, feed)
         return torch_activation_sites(source.model, args, kwargs)
 

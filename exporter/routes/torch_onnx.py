@@ -9,6 +9,7 @@ artifact's opset is checked against the request.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
 from pathlib import Path
@@ -69,6 +70,7 @@ def _keyword_call_class():
         def __init__(self, model, names):
             super().__init__()
             self.model, self.names = model, list(names)
+            self.train(model.training)  # torch.onnx restores the wrapper's mode onto the model
 
         def forward(self, *args):
             return self.model(**dict(zip(self.names, args)))
@@ -115,7 +117,7 @@ class TorchToOnnx(Route):
             progress(f"exporting with {label} at opset {request.opset or 'default'}")
             _remove_artifact(dest)
             try:
-                with quiet_exporter():
+                with quiet_exporter(), _modes_kept(source.model):
                     EXPORTERS[name](source, request, dest, args, kwargs, dynamic_axes)
             except ExportgateError as exc:
                 attempts.append(f"{label}: {exc}")
@@ -132,6 +134,18 @@ class TorchToOnnx(Route):
         _remove_artifact(dest)
         asked = f"asked for opset {request.opset}" if request.opset else "export failed"
         raise Incompatible(f"{asked}: " + "; ".join(attempts), kind="opset" if mismatch else "target")
+
+
+@contextlib.contextmanager
+def _modes_kept(model):
+    """Put back every submodule's training flag after an export (the exporters switch modes)."""
+    modules = list(model.modules()) if hasattr(model, "modules") else []
+    modes = [m.training for m in modules]
+    try:
+        yield
+    finally:
+        for module, mode in zip(modules, modes):
+            module.training = mode
 
 
 def _root_cause(exc: BaseException) -> str:

@@ -39,7 +39,8 @@ def test_artifact_that_differs_is_exit_1_and_nothing_at_out(cli, tmp_path):
     onnx.checker.check_model(str(rejected))
     report = json.loads((tmp_path / "reports/m.json").read_text())
     assert report["verdict"] == "fail" and report["rejected_artifact"] == str(rejected.relative_to(tmp_path))
-    assert [f["kind"] for f in report["failures"]] == ["numeric"]
+    # torch.export cannot capture the data-dependent branch: the GELU guard says it could not look.
+    assert [f["kind"] for f in report["failures"]] == ["numeric", "gelu_guard"]
 
 
 def test_rejected_artifact_keeps_its_external_data(cli, tmp_path):

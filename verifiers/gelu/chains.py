@@ -550,6 +550,11 @@ def find_silu_sites(graph: ChainGraph, fused: Matcher | None = None) -> list[Sit
     return [s for s in _sites(graph, fused) if s.claimed == SILU]
 
 
+def find_measured_sites(graph: ChainGraph, fused: Matcher | None = None) -> list[Site]:
+    """GELU and SiLU sites together, graph order: the sites an artifact's inventory measures."""
+    return _sites(graph, fused)
+
+
 def _sites(graph: ChainGraph, fused: Matcher | None) -> list[Site]:
     from .regions import RegionFinder
 

@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 _OPS = {
     "Mul": "Mul", "RealDiv": "Div", "Div": "Div", "AddV2": "Add", "Add": "Add", "Sub": "Sub",
     "Neg": "Neg", "Pow": "Pow", "Tanh": "Tanh", "Erf": "Erf", "Sigmoid": "Sigmoid", "Relu": "Relu",
+    "Exp": "Exp", "Abs": "Abs", "Sign": "Sign", "Sqrt": "Sqrt", "Log": "Log", "Softplus": "Softplus",
+    "Reciprocal": "Reciprocal", "Inv": "Reciprocal", "Minimum": "Min", "Maximum": "Max",
+    "ClipByValue": "Clip",
 }
 _ALIASES = ("Identity", "IdentityN", "StopGradient", "Snapshot")
 _CALLS = ("PartitionedCall", "StatefulPartitionedCall")
@@ -57,6 +60,7 @@ class _Builder:
         self.functions = {f.signature.name: f for f in graph_def.library.function}
         self.nodes: list[chains.OpNode] = []
         self.constants: dict[str, np.ndarray] = {}
+        self.dtypes: dict[str, np.dtype] = {}
         self.alias: dict[str, str] = {}
         self.add(graph_def.node, "")
 
@@ -69,6 +73,12 @@ class _Builder:
         for nd in node_defs:
             name = prefix + nd.name
             inputs = [self.name(t) for ref in nd.input if (t := _tensor(ref, prefix))]
+            for key in ("DstT", "T", "dtype"):
+                if key in nd.attr and nd.attr[key].type:
+                    dtype = _numpy_dtype(nd.attr[key].type)
+                    if dtype is not None and dtype.kind == "f":
+                        self.dtypes[name] = dtype
+                    break
             if nd.op in _ALIASES:
                 self.alias.update({name if k == 0 else f"{name}:{k}": t for k, t in enumerate(inputs)})
             elif nd.op == "Const":
@@ -79,6 +89,10 @@ class _Builder:
                 dtype = _numpy_dtype(nd.attr["DstT"].type)
                 if dtype is not None:
                     self.constants[name] = self.constants[inputs[0]].astype(dtype)
+            elif nd.op == "Cast":
+                dtype = _numpy_dtype(nd.attr["DstT"].type)
+                op = "Cast" if dtype is not None else "Cast(non-numeric)"
+                self.nodes.append(chains.OpNode(name, op, tuple(inputs), (name,), {"to": dtype}))
             elif nd.op in _CALLS and nd.attr["f"].func.name in self.functions:
                 self.inline(self.functions[nd.attr["f"].func.name], name, inputs)
             elif nd.op == "Erfc":  # erfc(z) = 1 - erf(z)
@@ -100,14 +114,16 @@ class _Builder:
             self.alias[name if k == 0 else f"{name}:{k}"] = self.name(_tensor(fdef.ret[out.name], prefix))
 
 
-def _chain_graph(model: Any, input_signature: list[tf.TensorSpec]) -> chains.ChainGraph:
+def _chain_graph(model: Any, input_signature: list[tf.TensorSpec], call: Any = None) -> chains.ChainGraph:
+    """The traced graph of `call` (positional tensors in input_signature's order), by default the
+    model called on one tensor or a list, in inference mode."""
     import tensorflow as tf
 
-    function = tf.function(lambda *a: model(a[0] if len(a) == 1 else list(a), training=False))
-    concrete = function.get_concrete_function(*input_signature)
+    call = call or (lambda *a: model(a[0] if len(a) == 1 else list(a), training=False))
+    concrete = tf.function(call).get_concrete_function(*input_signature)
     builder = _Builder(concrete.graph.as_graph_def())
     outputs = [builder.name(_tensor(t.name, "")) for t in concrete.outputs]
-    return chains.ChainGraph(builder.nodes, builder.constants, outputs)
+    return chains.ChainGraph(builder.nodes, builder.constants, outputs, builder.dtypes)
 
 
 def find_keras_sites(model: Any, input_signature: list[tf.TensorSpec]) -> list[Site]:
@@ -123,6 +139,7 @@ def find_keras_relu_sites(model: Any, input_signature: list[tf.TensorSpec]) -> l
     return chains.find_relu_sites(_chain_graph(model, input_signature), "Relu")
 
 
-def keras_activation_sites(model: Any, input_signature: list[tf.TensorSpec]) -> list[Site]:
-    """GELU and ReLU sites together in graph order, from one trace."""
-    return chains.find_activation_sites(_chain_graph(model, input_signature), "Relu")
+def keras_activation_sites(model: Any, input_signature: list[tf.TensorSpec], call: Any = None) -> list[Site]:
+    """GELU, SiLU and ReLU sites together in graph order, from one trace (of `call`, when given:
+    a function of the inputs in input_signature's order)."""
+    return chains.find_activation_sites(_chain_graph(model, input_signature, call), "Relu")

@@ -6,9 +6,9 @@ scalar constant. A region that holds a nonlinearity (`NONLINEAR`) is evaluated o
 probes, core and tails, in float64 rounded to each tensor's dtype where the graph gives one, and
 every tensor it computes is classified. The last tensor (graph order) that computes a GELU
 flavour, a GELU-shaped unknown curve or a SiLU, possibly times a constant scale, and whose
-intermediate tensors leave nothing to the rest of the graph, is a site; a trailing Cast is left
-out of the site when the tensor before it classifies more surely (a float16 model that upcasts
-around its GELU). The search then goes on in what is left, so a region holds any number of sites.
+intermediate tensors leave nothing to the rest of the graph, is a site; trailing Casts are left
+out of the site when the tensor before them is one too (a float16 model that upcasts around its
+GELU: the site is the float32 computation). The search then goes on in what is left, so a region holds any number of sites.
 
 The templates in `chains` stay the fast path that names what they find (erf-chain, Gelu); any
 spelling they miss (a clamped tanh argument, erf(x/1.414213562) written with Erfc, a Sum of
@@ -52,7 +52,7 @@ def _gelu(node_attrs: dict, x):
 # Neutral op -> its float64 function (attrs first for the ops that read attributes).
 _UNARY: dict[str, Callable] = {
     "Neg": np.negative, "Erf": _erf, "Tanh": np.tanh, "Sigmoid": lambda v: 1.0 / (1.0 + np.exp(-v)),
-    "Exp": np.exp, "Relu": lambda v: np.maximum(v, 0.0), "Abs": np.abs, "Sqrt": np.sqrt,
+    "Exp": np.exp, "Relu": lambda v: np.maximum(v, 0.0), "Abs": np.abs, "Sign": np.sign, "Sqrt": np.sqrt,
     "Reciprocal": lambda v: 1.0 / v, "Log": np.log, "Softplus": lambda v: np.logaddexp(0.0, v),
     "Identity": lambda v: v, "Cast": lambda v: v, "Silu": lambda v: v / (1.0 + np.exp(-v)),
 }
@@ -196,13 +196,14 @@ class RegionFinder:
             cone = self._cone(out, inside)
             if cone & taken or not any(graph.nodes[j].op in NONLINEAR for j in cone) or self._leaks(cone, out):
                 continue
-            node = graph.nodes[i]
-            if node.op == "Cast" and not c.confident and node.inputs[0] in values and node.inputs[0] != root:
+            while (node := graph.nodes[graph.producer[out]]).op == "Cast" and node.inputs[0] in values \
+                    and node.inputs[0] != root:  # casts around a site are its boundary, not its computation
                 inner = node.inputs[0]
                 ci = classify(x.astype(dtypes[root]), values[inner].astype(dtypes[inner] or np.float64),
                               _tolerance(dtypes[inner]))
-                if _is_site(ci) and ci.confident:
-                    cone, out, c = cone - {i}, inner, ci
+                if not _is_site(ci):
+                    break
+                cone, out, c = cone - {graph.producer[out]}, inner, ci
             return RegionSite(frozenset(cone), root, out, c)
         return None
 

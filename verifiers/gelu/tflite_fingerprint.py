@@ -32,7 +32,7 @@ from .catalogue import (
     probe_inputs,
 )
 from .inventory import in_graph_order, measured_flavour
-from .tflite_sites import SUBGRAPH, TFLiteGraph, _gelu_sites, _relu_sites, read_graph
+from .tflite_sites import SUBGRAPH, TFLiteGraph, _relu_sites, measured_sites, read_graph
 from .verdict import SiteFlavour
 
 FLOAT32 = 0  # TensorType
@@ -198,9 +198,9 @@ def fingerprint_sites(model: TFLiteModel | TFLiteGraph | str | Path, sites: list
 
 
 def tflite_inventory(model: TFLiteModel | str | Path) -> list[SiteFlavour]:
-    """GELU sites (measured) and ReLU sites (RELU ops, fused RELU activations) of subgraph 0."""
+    """GELU and SiLU sites (measured) and ReLU sites (RELU ops, fused RELU activations) of subgraph 0."""
     graph = read_graph(as_model(model))
-    gelus = [measured_flavour(p) for p in fingerprint_sites(graph, _gelu_sites(graph))]
+    gelus = [measured_flavour(p) for p in fingerprint_sites(graph, measured_sites(graph))]
     relus = [SiteFlavour(site, RELU, note=site.note) for site in _relu_sites(graph)]
     order = {label: i for i, label in enumerate(graph.op_labels)}
     return in_graph_order(gelus + relus, order)

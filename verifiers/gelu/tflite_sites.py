@@ -37,8 +37,12 @@ SUBGRAPH = 0
 
 _OPS = {
     "MUL": "Mul", "ADD": "Add", "SUB": "Sub", "DIV": "Div", "NEG": "Neg", "POW": "Pow", "TANH": "Tanh",
-    "LOGISTIC": "Sigmoid", "RELU": "Relu", "GELU": "Gelu", "EXP": "Exp", "ABS": "Abs",
+    "LOGISTIC": "Sigmoid", "RELU": "Relu", "GELU": "Gelu", "EXP": "Exp", "ABS": "Abs", "SIGN": "Sign",
+    "MINIMUM": "Min", "MAXIMUM": "Max", "SQRT": "Sqrt", "LOG": "Log", "CAST": "Cast",
 }
+# Fused activations of elementwise ops, as the neutral op that follows them.
+_FUSED_AS_NEUTRAL = {"RELU": ("Relu", {}), "RELU_N1_TO_1": ("Clip", {"min": -1.0, "max": 1.0}),
+                     "RELU6": ("Clip", {"min": 0.0, "max": 6.0}), "TANH": ("Tanh", {})}
 # ActivationFunctionType: NONE 0, RELU 1, RELU_N1_TO_1 2, RELU6 3, TANH 4, SIGN_BIT 5.
 _ACTIVATIONS = {0: None, 1: "RELU", 2: "RELU_N1_TO_1", 3: "RELU6", 4: "TANH", 5: "SIGN_BIT"}
 FUSED_RELU = 1
@@ -222,7 +226,16 @@ def _op_node(graph: TFLiteGraph, i: int) -> list[chains.OpNode]:
     outputs = tuple(graph.tensor_ids[t] for t in op.outputs if t >= 0)
     activation = _ACTIVATIONS.get(graph.fused_activation(i), "?")
     if activation is not None:  # the fused activation changes what the op computes
+        if name in ("MUL", "ADD", "SUB", "DIV") and activation in _FUSED_AS_NEUTRAL and len(outputs) == 1:
+            act, attrs = _FUSED_AS_NEUTRAL[activation]
+            before = f"{outputs[0]}#before-{activation.lower()}"
+            return [chains.OpNode(label, _OPS[name], inputs, (before,)),
+                    chains.OpNode(label, act, (before,), outputs, dict(attrs))]
         return [chains.OpNode(label, f"{name}+{activation}", inputs, outputs)]
+    if name == "CAST":
+        to = np.dtype(graph.subgraph.tensors[op.outputs[0]].dtype) if graph.subgraph.tensors[op.outputs[0]].dtype \
+            in ("float16", "float32", "float64") else None
+        return [chains.OpNode(label, "Cast" if to is not None else "CAST", inputs, outputs, {"to": to})]
     if name == "SQUARE":
         return [chains.OpNode(label, "Mul", (inputs[0], inputs[0]), outputs)]
     if name == "GELU":
@@ -249,7 +262,9 @@ def chain_graph(graph: TFLiteGraph) -> tuple[chains.ChainGraph, dict[str, ErfUni
                                        {"ops": unit.ops, "error": unit.error}))
     constants = {graph.tensor_ids[t]: np.asarray(v).reshape(-1) for t, v in graph.constants.items()}
     outputs = [graph.tensor_ids[t] for t in graph.subgraph.outputs if t >= 0]
-    return chains.ChainGraph(nodes, constants, outputs), by_label
+    dtypes = {graph.tensor_ids[t]: np.dtype(tensor.dtype) for t, tensor in enumerate(graph.subgraph.tensors)
+              if tensor.dtype in ("float16", "float32", "float64") and not tensor.quantized}
+    return chains.ChainGraph(nodes, constants, outputs, dtypes), by_label
 
 
 def _finish(graph: TFLiteGraph, site: Site, units: dict[str, ErfUnit]) -> Site:
@@ -303,6 +318,12 @@ def _gelu_sites(graph: TFLiteGraph) -> list[Site]:
     return [_finish(graph, s, units) for s in chains.find_sites(neutral)]
 
 
+def measured_sites(graph: TFLiteGraph) -> list[Site]:
+    """GELU and SiLU sites of subgraph 0 (what the inventory probes), graph order."""
+    neutral, units = chain_graph(graph)
+    return [_finish(graph, s, units) for s in chains.find_measured_sites(neutral)]
+
+
 def find_tflite_sites(model: TFLiteModel | str) -> list[Site]:
     """Every GELU site of subgraph 0, in graph order (ids "{k}:{first op}")."""
     return _gelu_sites(read_graph(model))
@@ -313,9 +334,9 @@ def find_tflite_relu_sites(model: TFLiteModel | str) -> list[Site]:
 
 
 def tflite_activation_sites(model: TFLiteModel | str) -> list[Site]:
-    """GELU and ReLU sites together, in graph order (what the GELU verdict aligns)."""
+    """GELU, SiLU and ReLU sites together, in graph order (what the GELU verdict aligns)."""
     graph = read_graph(model)
     order = {label: i for i, label in enumerate(graph.op_labels)}
-    sites = _gelu_sites(graph) + _relu_sites(graph)
+    sites = measured_sites(graph) + _relu_sites(graph)
     return sorted(sites, key=lambda s: min(order[label] for label in s.nodes))
 

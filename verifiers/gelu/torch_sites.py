@@ -33,7 +33,14 @@ _OPS = {
     "aten.sigmoid.default": ("Sigmoid", 1),
     "aten.gelu.default": ("Gelu", 1),
     "aten.relu.default": ("Relu", 1), "aten.relu_.default": ("Relu", 1),
+    "aten.silu.default": ("Silu", 1), "aten.exp.default": ("Exp", 1), "aten.abs.default": ("Abs", 1),
+    "aten.sign.default": ("Sign", 1),
+    "aten.sqrt.default": ("Sqrt", 1), "aten.log.default": ("Log", 1), "aten.reciprocal.default": ("Reciprocal", 1),
+    "aten.minimum.default": ("Min", 2), "aten.maximum.default": ("Max", 2),
 }
+_CLAMPS = ("aten.clamp.default", "aten.clamp_min.default", "aten.clamp_max.default", "aten.hardtanh.default")
+# Ops that only check their input: left out, so they do not count as its consumers.
+_CHECKS = {"aten._assert_tensor_metadata.default", "aten._assert_scalar.default"}
 # Ops whose output is their first input's value.
 _ALIASES = {
     "aten.clone.default", "aten.alias.default", "aten.detach.default", "aten.detach_.default",
@@ -46,7 +53,13 @@ def _exported(model: Any, args: tuple, kwargs: dict | None) -> torch.export.Expo
 
     if isinstance(model, torch.export.ExportedProgram):
         return model
-    return torch.export.export(model, args, kwargs)
+    try:
+        return torch.export.export(model, args, kwargs)
+    except Exception as first:  # noqa: BLE001 - the non-strict capture failed: try TorchDynamo's
+        try:
+            return torch.export.export(model, args, kwargs, strict=True)
+        except Exception:  # noqa: BLE001
+            raise first from None
 
 
 def _one_element(value: Any) -> np.ndarray | None:
@@ -61,12 +74,28 @@ def _one_element(value: Any) -> np.ndarray | None:
     return value.numpy()
 
 
+def _numpy_dtype(value: Any) -> np.dtype | None:
+    """The numpy dtype of a node's tensor value (bfloat16 as ml_dtypes'), None when not a float."""
+    import torch
+
+    dtype = getattr(value, "dtype", None)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        return None
+    if dtype == torch.bfloat16:
+        return np.dtype(ml_dtypes.bfloat16)
+    try:
+        return np.dtype(torch.empty((), dtype=dtype).numpy().dtype)
+    except TypeError:  # float8: no numpy dtype
+        return None
+
+
 class _Builder:
     """Turns an ExportedProgram's graph into a ChainGraph, remembering each node's module stack."""
 
     def __init__(self, ep: torch.export.ExportedProgram):
         self.nodes: list[chains.OpNode] = []
         self.constants: dict[str, np.ndarray] = {}
+        self.dtypes: dict[str, np.dtype] = {}
         self.alias: dict[str, str] = {}
         self.outputs: list[str] = []
         self.stacks: dict[str, list[tuple[str, str]]] = {}
@@ -94,27 +123,58 @@ class _Builder:
         return None
 
     def add(self, node: torch.fx.Node) -> None:
+        import torch
+
         target = str(node.target)
         if node.op == "output":
             self.outputs = [self.name(n) for n in node.all_input_nodes]
             return
-        if node.op != "call_function":
+        if node.op == "placeholder":
+            self._typed(node)
+        if node.op != "call_function" or target in _CHECKS:
             return
         self.stacks[node.name] = list((node.meta.get("nn_module_stack") or {}).values())
         if target in _ALIASES:
             self.alias[node.name] = self.name(node.args[0])
             return
+        self._typed(node)
         op, arity = _OPS.get(target, (target, 0))
-        args = list(node.args)
+        args, attrs = list(node.args), {}
         if target == "aten.rsub.Scalar":  # rsub(x, c) = c - x
             op, arity, args = "Sub", 2, [*args[1::-1], *args[2:]]
         elif target == "aten.square.default":
             op, arity, args = "Mul", 2, [args[0], args[0]]
+        elif target in _CLAMPS and not any(isinstance(a, torch.fx.Node) for a in args[1:]):
+            rest = list(args[1:])
+            low, high = {
+                "aten.clamp_min.default": lambda: (rest[0], None),
+                "aten.clamp_max.default": lambda: (None, rest[0]),
+                "aten.hardtanh.default": lambda: tuple((rest + [-1.0, 1.0][len(rest):])[:2]),
+            }.get(target, lambda: tuple((rest + [None, None])[:2]))()
+            op, arity, args = "Clip", 1, args[:1]
+            attrs = {"min": node.kwargs.get("min", low), "max": node.kwargs.get("max", high)}
+        elif target in ("aten.to.dtype", "aten._to_copy.default", "aten.to.dtype_layout"):
+            to = _numpy_dtype(node.meta.get("val"))
+            if to is not None:
+                op, arity, args, attrs = "Cast", 1, args[:1], {"to": to}
+        elif target in ("aten.special_erfc.default", "aten.erfc.default"):  # erfc(z) = 1 - erf(z)
+            one = f"{node.name}/one"
+            self.constants[one] = np.ones((), np.float64)
+            self.nodes.append(chains.OpNode(node.name, "Erf", (self.name(args[0]),), (f"{node.name}#erf",)))
+            self.nodes.append(chains.OpNode(node.name, "Sub", (one, f"{node.name}#erf"), (node.name,)))
+            return
         inputs = [self.operand(node, k, a) for k, a in enumerate(args[:arity])]
-        if arity == 0 or len(args) > arity or node.kwargs.get("alpha", 1) != 1 or None in inputs:
-            op, inputs = target, [self.name(n) for n in node.all_input_nodes]
-        attrs = {"approximate": node.kwargs.get("approximate", "none")} if op == "Gelu" else {}
+        extra = {k: v for k, v in node.kwargs.items() if k not in ("min", "max", "dtype", "approximate")}
+        if arity == 0 or len(args) > arity or extra.get("alpha", 1) != 1 or None in inputs:
+            op, inputs, attrs = target, [self.name(n) for n in node.all_input_nodes], {}
+        if op == "Gelu":
+            attrs = {"approximate": node.kwargs.get("approximate", "none")}
         self.nodes.append(chains.OpNode(node.name, op, tuple(inputs), (node.name,), attrs))
+
+    def _typed(self, node: torch.fx.Node) -> None:
+        dtype = _numpy_dtype(node.meta.get("val"))
+        if dtype is not None:
+            self.dtypes[node.name] = dtype
 
     def module_note(self, site: Site) -> str:
         """ "in {module path} ({class})": the innermost module holding every node of the site."""
@@ -140,21 +200,21 @@ def find_torch_sites(model: Any, args: tuple, kwargs: dict | None = None) -> lis
     site, e.g. "approximate='tanh'; in encoder.layers.0.mlp.act (GELU)".
     """
     builder = _Builder(_exported(model, args, kwargs))
-    graph = chains.ChainGraph(builder.nodes, builder.constants, builder.outputs)
+    graph = chains.ChainGraph(builder.nodes, builder.constants, builder.outputs, builder.dtypes)
     return [_with_context(s, builder, "aten.gelu" if s.op == "Gelu" else None) for s in chains.find_sites(graph)]
 
 
 def find_torch_relu_sites(model: Any, args: tuple, kwargs: dict | None = None) -> list[Site]:
     """aten.relu nodes (nn.ReLU, F.relu, torch.relu) as sites claimed relu, ids "relu:{k}:{fx node}"."""
     builder = _Builder(_exported(model, args, kwargs))
-    graph = chains.ChainGraph(builder.nodes, builder.constants, builder.outputs)
+    graph = chains.ChainGraph(builder.nodes, builder.constants, builder.outputs, builder.dtypes)
     return [_with_context(s, builder) for s in chains.find_relu_sites(graph, "aten.relu")]
 
 
 def torch_activation_sites(model: Any, args: tuple, kwargs: dict | None = None) -> list[Site]:
     """GELU and ReLU sites together in execution order, from one torch.export."""
     builder = _Builder(_exported(model, args, kwargs))
-    graph = chains.ChainGraph(builder.nodes, builder.constants, builder.outputs)
+    graph = chains.ChainGraph(builder.nodes, builder.constants, builder.outputs, builder.dtypes)
     return [
         _with_context(s, builder, "aten.gelu" if s.op == "Gelu" else None)
         for s in chains.find_activation_sites(graph, "aten.relu")
