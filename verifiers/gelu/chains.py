@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import ml_dtypes
 import numpy as np
@@ -550,6 +550,15 @@ def find_silu_sites(graph: ChainGraph, fused: Matcher | None = None) -> list[Sit
     return [s for s in _sites(graph, fused) if s.claimed == SILU]
 
 
+def _measured(finder, match: Match) -> Match:
+    """A template's match claimed by what its nodes compute, when the numbers are conclusive (a
+    hand-written formula is whatever it computes, e.g. 2 x GELU); else by its structure."""
+    c = finder.measure(match.nodes, match.input, match.output)
+    if c is None or not c.confident or (c.flavour == match.claimed and c.scale == 1.0):
+        return match
+    return replace(match, claimed=c.flavour, scale=c.scale, note=f"{match.note}; its numbers: {c.note}")
+
+
 def find_measured_sites(graph: ChainGraph, fused: Matcher | None = None) -> list[Site]:
     """GELU and SiLU sites together, graph order: the sites an artifact's inventory measures."""
     return _sites(graph, fused)
@@ -570,7 +579,9 @@ def _sites(graph: ChainGraph, fused: Matcher | None) -> list[Site]:
         if match is not None and not (match.nodes & covered):
             matches.append(match)
             covered |= match.nodes
-    for region in RegionFinder(graph).sites(covered):
+    finder = RegionFinder(graph)
+    matches = [_measured(finder, m) for m in matches]
+    for region in finder.sites(covered):
         c = region.classification
         matches.append(Match("elementwise", c.flavour, region.nodes, region.input, region.output,
                              f"found by its numbers: {c.note}", c.scale))

@@ -207,6 +207,24 @@ class RegionFinder:
             return RegionSite(frozenset(cone), root, out, c)
         return None
 
+    def measure(self, nodes: frozenset[int], root: str, output: str) -> Classification | None:
+        """What the given nodes compute from root to output on the probes, or None when one of
+        them is not an elementwise op the evaluator knows (a fused kernel) or reads another tensor."""
+        graph = self.graph
+        order = sorted(nodes)
+        if any(graph.nodes[i].op not in ELEMENTWISE or len(graph.nodes[i].outputs) != 1 for i in order):
+            return None
+        known = {root}
+        for i in order:
+            if any(t and t not in known and graph.scalar(t) is None for t in graph.nodes[i].inputs):
+                return None
+            known.add(graph.nodes[i].outputs[0])
+        values, dtypes = self._evaluate(root, order)
+        if values is None or output not in values:
+            return None
+        return classify(values[root].astype(dtypes[root]), values[output].astype(dtypes[output] or np.float64),
+                        _tolerance(dtypes[output]))
+
     def sites(self, covered: set[int]) -> list[RegionSite]:
         """Region sites among the nodes not in `covered` (the templates' sites), graph order."""
         graph = self.graph
