@@ -46,7 +46,10 @@ def _clip(node_attrs: dict, x, *bounds):
 
 
 def _gelu(node_attrs: dict, x):
-    return tanh(x) if node_attrs.get("approximate", "none") == "tanh" else exact(x)
+    approximate = node_attrs.get("approximate", "none")
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"Gelu approximate={approximate!r}")
+    return tanh(x) if approximate == "tanh" else exact(x)
 
 
 # Neutral op -> its float64 function (attrs first for the ops that read attributes).
@@ -67,6 +70,7 @@ _WITH_ATTRS: dict[str, Callable] = {"Clip": _clip, "Gelu": _gelu}
 ELEMENTWISE = frozenset([*_UNARY, *_BINARY, *_VARIADIC, *_WITH_ATTRS])
 NONLINEAR = frozenset(["Erf", "Tanh", "Sigmoid", "Exp", "Relu", "Softplus", "Log", "Gelu", "Silu"])
 _MAX_REGION_NODES = 128
+_FLOAT32_EPS = float(np.finfo(np.float32).eps)
 
 
 def evaluate(op: str, attrs: dict, args: list) -> np.ndarray:
@@ -208,19 +212,29 @@ class RegionFinder:
         return None
 
     def measure(self, nodes: frozenset[int], root: str, output: str) -> Classification | None:
-        """What the given nodes compute from root to output on the probes, or None when one of
-        them is not an elementwise op the evaluator knows (a fused kernel) or reads another tensor."""
+        """What the given nodes compute from root to output on the probes, or None when the numbers
+        cannot decide: a node is no elementwise op the evaluator knows (a fused kernel), reads
+        another tensor, or computes below float32 (float16 / bfloat16 constants or tensors, where
+        the flavours are closer than the rounding)."""
         graph = self.graph
         order = sorted(nodes)
         if any(graph.nodes[i].op not in ELEMENTWISE or len(graph.nodes[i].outputs) != 1 for i in order):
             return None
         known = {root}
         for i in order:
-            if any(t and t not in known and graph.scalar(t) is None for t in graph.nodes[i].inputs):
-                return None
+            for t in graph.nodes[i].inputs:
+                if not t or t in known:
+                    continue
+                const = graph.scalar(t)
+                if const is None or const.eps > _FLOAT32_EPS:
+                    return None
             known.add(graph.nodes[i].outputs[0])
-        values, dtypes = self._evaluate(root, order)
-        if values is None or output not in values:
+        try:
+            values, dtypes = self._evaluate(root, order)
+        except ValueError:
+            return None
+        if values is None or output not in values or any(
+                d is not None and d.itemsize < 4 for d in (dtypes[root], dtypes.get(output))):
             return None
         return classify(values[root].astype(dtypes[root]), values[output].astype(dtypes[output] or np.float64),
                         _tolerance(dtypes[output]))
@@ -241,7 +255,10 @@ class RegionFinder:
             closure = self._closure(root, taken)
             if not any(graph.nodes[i].op in NONLINEAR for i in closure):
                 continue
-            values, dtypes = self._evaluate(root, closure)
+            try:
+                values, dtypes = self._evaluate(root, closure)
+            except ValueError:  # an op the evaluator cannot compute faithfully
+                continue
             if values is None:
                 continue
             while (site := self._pick(root, closure, values, dtypes, taken)) is not None:
