@@ -24,6 +24,7 @@ from exporter.target_fit import fit_ir_version
 from verifiers.compare import Tolerances
 from verifiers.formats import detect_format
 from verifiers.pipeline import (
+    capture_source_sites,
     compare,
     compare_artifact,
     describe_artifact,
@@ -95,6 +96,11 @@ def export(
         with report.timed("reference"):
             progress(f"running the source model on {len(feeds)} batch(es)")
             reference = [source.run(feed) for feed in feeds]
+        captured = None
+        if verify and gelu_guard:
+            with report.timed("gelu_source"):
+                progress("reading the GELU sites of the source")
+                captured = capture_source_sites(source, feeds[0])
         staging = Staging(out, to)
         request = ExportRequest(to, opset, exporter, axes, output_names=reference[0][0], sample_inputs=feeds[0],
                                 quantize=quantize)
@@ -118,7 +124,7 @@ def export(
                 if before_rewrite is not None:
                     _compare_before_rewrite(report, before_rewrite, to, feeds, reference, tolerances, progress)
                 verify_artifact(report, staging.path, to, source, feeds, reference, tolerances, progress,
-                                outcome.declared, gelu_guard)
+                                outcome.declared, gelu_guard, captured)
             except InvalidArtifact as exc:
                 message = str(exc).replace(f"{staging.path}: ", "")
                 report.fail("target", f"{report.exporter} wrote an artifact that does not load: {message}")

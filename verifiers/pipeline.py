@@ -87,12 +87,14 @@ def record_artifact_facts(report: Report, path: Path, fmt: str) -> None:
 
 
 def verify_artifact(report, path, fmt, source, feeds, reference, tolerances, progress,
-                    declared: dict[str, str] | None = None, gelu_guard: bool = True) -> None:
+                    declared: dict[str, str] | None = None, gelu_guard: bool = True,
+                    captured: list | str | None = None) -> None:
     with report.timed("load_artifact"):
         progress(f"loading the artifact in {runner_for(fmt).runtime}")
         runner = runner_for(fmt)(path)
     comparison = compare(report, runner, feeds, reference, tolerances, progress)
-    judge_gelu(report, source, path, fmt, feeds[0], comparison, tolerances, progress, declared, gelu_guard)
+    judge_gelu(report, source, path, fmt, feeds[0], comparison, tolerances, progress, declared, gelu_guard,
+               captured)
 
 
 def compare_artifact(report, path, fmt, feeds, reference, tolerances, progress) -> None:
@@ -151,13 +153,28 @@ class Comparison:
                                self.reference_outputs, artifact_outputs, tolerances)
 
 
+def capture_source_sites(source: Source, feed) -> list | str:
+    """The source's activation sites, read as its framework runs it, or why they could not be.
+
+    An export reads them before exporting: an exporter may change the model it is given (the
+    TorchScript exporter's tracing leaves transformers' Swin with tensor window sizes)."""
+    try:
+        with quiet_exporter():
+            return source.framework.activation_sites(source, feed)
+    except ExportgateError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any capture failure is reported, not raised
+        return one_line(exc)
+
+
 def judge_gelu(report: Report, source: Source, path: Path, fmt: str, feed, comparison: Comparison,
                 tolerances: Tolerances, progress, declared: dict[str, str] | None = None,
-                enabled: bool = True) -> None:
+                enabled: bool = True, captured: list | str | None = None) -> None:
     """Find every GELU on both sides, measure the artifact's, and fail on any silent change.
 
-    A source graph that cannot be read fails the run (the guard cannot vouch for the artifact)
-    unless the user turned the guard off, which the report records."""
+    `captured` is what `capture_source_sites` gave, when it ran earlier. A source graph that
+    cannot be read fails the run (the guard cannot vouch for the artifact) unless the user turned
+    the guard off, which the report records."""
     from verifiers.gelu.verdict import DECLARED, SiteFlavour, judge
 
     if not enabled:
@@ -166,17 +183,14 @@ def judge_gelu(report: Report, source: Source, path: Path, fmt: str, feed, compa
         return
     with report.timed("gelu"):
         progress("finding the GELU sites of the source and measuring the artifact's")
-        try:
-            with quiet_exporter():
-                source_sites = [SiteFlavour(s, s.claimed, scale=s.scale)
-                                for s in source.framework.activation_sites(source, feed)]
-        except ExportgateError:
-            raise
-        except Exception as exc:
+        if captured is None:
+            captured = capture_source_sites(source, feed)
+        if isinstance(captured, str):
             report.gelu_guard = "failed: the source graph could not be read"
-            report.fail("gelu_guard", f"the GELU guard could not read the source graph ({one_line(exc)}); "
-                                "pass --no-gelu-guard to ship without the guard")
+            report.fail("gelu_guard", f"the GELU guard could not read the source graph ({captured}); "
+                                      "pass --no-gelu-guard to ship without the guard")
             return
+        source_sites = [SiteFlavour(s, s.claimed, scale=s.scale) for s in captured]
         artifact_sites = ARTIFACT_INVENTORIES[fmt](path)
         verdicts = judge(source_sites, artifact_sites, declared)
     report.gelu_guard = "checked"

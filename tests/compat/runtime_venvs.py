@@ -50,7 +50,8 @@ class RuntimeSpec:
     interpreter: str  # command, looked up on PATH
     requirements: tuple[str, ...]  # pip requirement specifiers, installed with --no-deps
     env: dict[str, str] = field(default_factory=dict)  # e.g. {"PYENV_VERSION": "3.9.18"}
-    kind: str = "onnx"  # "onnx" (onnxruntime) or "tflite" (tflite_runtime)
+    kind: str = "onnx"  # "onnx" (onnxruntime), "tflite" (tflite_runtime), or "tool" (a converter)
+    check_module: str = ""  # what must import in the venv (default: the runtime's module)
 
     def describe(self) -> str:
         prefix = " ".join(f"{k}={v}" for k, v in self.env.items())
@@ -64,6 +65,15 @@ TFLITE_2_7 = RuntimeSpec("tflite-runtime-2.7.0", "python3.9", ("tflite-runtime==
                          {"PYENV_VERSION": "3.9.18"}, kind="tflite")
 TFLITE_2_8 = RuntimeSpec("tflite-runtime-2.8.0", "python3.9", ("tflite-runtime==2.8.0", "numpy<2"),
                          {"PYENV_VERSION": "3.9.18"}, kind="tflite")
+# onnx2tf, the ONNX -> TFLite converter users reach for (Python >= 3.12). Its default backend writes
+# the flatbuffer itself and needs no TensorFlow; with --no-deps these are all a conversion imports
+# (its declared pins would downgrade numpy and onnx).
+ONNX2TF = RuntimeSpec(
+    "onnx2tf-2.6.9", "python3.12",
+    ("onnx2tf==2.6.9", "numpy==2.4.6", "onnx==1.23.2", "protobuf==7.36.2", "ml_dtypes==0.7.0",
+     "typing_extensions==4.16.0", "psutil==7.2.2", "sng4onnx==2.0.1", "ai-edge-litert==2.3.0",
+     "backports.strenum==1.2.8", "flatbuffers==25.12.19", "tqdm==4.70.1"),
+    {"PYENV_VERSION": "3.12.1"}, kind="tool", check_module="onnx2tf")
 
 
 def cache_dir() -> Path:
@@ -133,7 +143,7 @@ def runtime_venv(spec: RuntimeSpec) -> Path:
         python = str(venv / "bin" / "python")
         try:
             _pip_install(python, spec.requirements, root / f"{venv.name}.pip.log")
-            module = "onnxruntime" if spec.kind == "onnx" else "tflite_runtime.interpreter"
+            module = spec.check_module or ("onnxruntime" if spec.kind == "onnx" else "tflite_runtime.interpreter")
             check = subprocess.run([python, "-I", "-c", f"import {module}"], capture_output=True, text=True,
                                    timeout=120)
             if check.returncode != 0:

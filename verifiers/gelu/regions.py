@@ -146,13 +146,18 @@ class RegionFinder:
                 node = graph.nodes[i]
                 args, inherited = [], None
                 for t in node.inputs:
+                    const = None if not t or t in values else graph.scalar(t)
                     if not t:
                         args.append(None)
                     elif t in values:
                         args.append(values[t])
                         inherited = inherited or dtypes[t]
-                    else:
-                        args.append(graph.scalar(t).coeff)
+                    elif const is not None:
+                        args.append(const.coeff)
+                    else:  # computed by a node left unevaluated (an integer intermediate)
+                        break
+                if len(args) != len(node.inputs):
+                    continue
                 out_name = node.outputs[0]
                 dtype = self._dtype(out_name, node, inherited)
                 if dtype is not None and dtype.kind != "f":
