@@ -103,12 +103,18 @@ class KerasFramework(Framework):
 
 
     def activation_sites(self, source, feed):
-        """Traced the way the export traces it: the serving function, inputs by name when the
-        model takes them so."""
+        """Traced the way the export traces it (the serving function, inputs by name when the model
+        takes them so), else with the model called on its inputs as a tensor or a list."""
         from verifiers.gelu.keras_sites import keras_activation_sites
 
-        call = self.serving_function(source, [])
-        return keras_activation_sites(source.model, self.tensor_signature(source), call=call)
+        signature = self.tensor_signature(source)
+        try:
+            return keras_activation_sites(source.model, signature, call=self.serving_function(source, []))
+        except Exception as first:  # noqa: BLE001 - fall back to the model called on a tensor or a list
+            try:
+                return keras_activation_sites(source.model, signature)
+            except Exception:  # noqa: BLE001
+                raise first from None
 
     def tensor_signature(self, source, dynamic: set[tuple[str, int]] = frozenset()) -> list:
         """tf.TensorSpecs of the source's inputs, named as the source names them; the (input, axis)

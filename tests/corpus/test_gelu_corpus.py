@@ -125,3 +125,20 @@ def test_onnx2tf_artifacts(tmp_path, onnx2tf, name, flavour):
     changed = api.verify(tflite, source=f"{TRANSFORMERS}:{other}", atol=["1e-2"])
     assert changed.exit_code == 3 and all(g["status"] == "changed" for g in changed.gelu)
     assert onnx.load(str(tmp_path / "m.onnx"))  # onnx2tf worked on a copy: the export is intact
+
+
+@pytest.mark.parametrize("name", ["hub_bert", "hub_distilbert"])
+def test_keras_hub_artifact_with_a_changed_gelu_is_exit_3(tmp_path, keras_hub_path, name):
+    # keras-hub backbones take a dict of inputs in unsorted key order; the guard reads them by name.
+    from exporter.rewrites.onnx_gelu import replace_site
+    from verifiers.gelu.onnx_sites import find_gelu_sites
+
+    exported = api.export(f"{KERAS}:{name}", to="onnx", opset=17, out=tmp_path / "m.onnx")
+    assert exported.exit_code == 0 and exported.gelu_guard == "checked", exported.summary_lines()
+    model = onnx.load(str(tmp_path / "m.onnx"))
+    site = find_gelu_sites(model)[0]
+    other = "exact" if site.claimed == "tanh" else "tanh"
+    onnx.save(replace_site(model, site, other), tmp_path / "changed.onnx")
+    report = api.verify(tmp_path / "changed.onnx", source=f"{KERAS}:{name}", atol=["1e-2"])
+    assert report.exit_code == 3, report.summary_lines()
+    assert [g["status"] for g in report.gelu] == ["changed", "kept"]

@@ -16,7 +16,7 @@ def measured_flavour(print_: Fingerprint) -> SiteFlavour:
     site, result = print_.site, print_.classification
     if result.confident:
         return SiteFlavour(site, result.flavour, result.flavour, result.residuals, True, result.note,
-                           result.scale)
+                           result.scale, result.tail)
     note = f"{print_.dtype} probes inconclusive ({result.note}); judged by structure: {site.claimed}"
     return SiteFlavour(site, site.claimed, result.flavour, result.residuals, False, note, site.scale)
 
@@ -43,7 +43,8 @@ def describe_sites(entries: list[SiteFlavour]) -> list[dict]:
     """The GELU sites as `inspect` lists them: site, op, claimed, measured, residuals."""
     return [
         {"site": e.site.site_id, "op": e.site.op, "claimed": e.site.claimed, "measured": e.measured,
-         "confident": e.confident, "residuals": e.residuals, "note": e.note}
+         "confident": e.confident, "scale": e.scale, "tail": e.tail, "used": e.site.used,
+         "residuals": e.residuals, "note": e.note}
         for e in entries if not _is_relu(e.site)
     ]
 

@@ -34,6 +34,7 @@ class SiteFlavour:
     confident: bool = True  # False when the probes could not separate the flavours (float16, int8)
     note: str = ""
     scale: float = 1.0  # the site computes scale * flavour
+    tail: str = ""  # what its tail probes got wrong (NaN, Inf, a wrong value), empty when nothing
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,8 @@ class SiteVerdict:
         deviation = art.residuals.get(src.flavour)
         if self.status != KEPT and deviation is not None:
             text += f" ({deviation:.2g} from {src.flavour} on the probes)"
+        if art.tail:
+            text += f"; its tail is off: {art.tail}"
         if _scale_differs(src, art):
             ratio = art.scale / src.scale
             text += (f"; it computes {ratio:.6g} x the source's curve"
@@ -85,6 +88,7 @@ class SiteVerdict:
             "source_op": src.site.op if src else None,
             "source_flavour": src.flavour if src else None,
             "scale": art.scale if art else None,
+            "tail": art.tail if art else "",
             "source_scale": src.scale if src else None,
             "note": art.note if art else "",
             "message": self.message(),

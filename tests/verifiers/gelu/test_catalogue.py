@@ -22,8 +22,10 @@ from verifiers.gelu.catalogue import (
     classify,
     exact,
     is_gelu_shaped,
+    probe_inputs,
     quick,
     residuals,
+    tail_probes,
     tanh,
 )
 
@@ -134,3 +136,35 @@ def test_formula_constants_are_exported():
     assert SQRT_2_OVER_PI == pytest.approx(0.7978845608, abs=1e-10)
     assert TANH_CUBIC_COEFF == 0.044715
     assert FLAVOURS[QUICK].reference(np.array([1.0]))[0] == pytest.approx(1 / (1 + math.exp(-1.702)))
+
+
+def test_a_flavour_is_recognised_up_to_a_constant_scale():
+    x = probe_inputs(np.float32)
+    result = classify(x, (2.0 * tanh(x)).astype(np.float32))
+    assert (result.flavour, result.confident) == (TANH, True)
+    assert result.scale == pytest.approx(2.0, rel=1e-6) and "2 x tanh" in result.note
+
+
+def test_probes_reach_the_tails_where_field_bugs_live():
+    assert tail_probes(np.float32).min() == -1e4 and tail_probes(np.float32).max() == 1e4
+    assert tail_probes(np.float16).max() == 6e4  # float16 overflows at 65504
+    assert {-13.0, -20.0, 100.0} <= set(tail_probes(np.float32))
+
+
+@pytest.mark.parametrize(("broken", "named"), [
+    (lambda x, y: np.where(x < -13, np.nan, y), "NaN at x=-10000"),  # a tanh kernel's NaN below -13
+    (lambda x, y: np.where(x > 10, np.inf, y), "Inf at x=13"),  # an overflowing x^3
+    (lambda x, y: np.minimum(y, 10.0), "10 at x=13"),  # saturates at the wrong value
+])
+def test_a_broken_tail_is_unknown_and_named(broken, named):
+    x = probe_inputs(np.float32)
+    result = classify(x, broken(x, tanh(x)).astype(np.float32))
+    assert (result.flavour, result.confident) == (UNKNOWN, True)
+    assert result.tail.startswith(named.split(" at ")[0]) and named in result.tail
+    assert "tanh on the core probes" in result.note
+
+
+def test_a_faithful_tail_passes_in_float32_and_float16():
+    for dtype, tolerance in ((np.float32, FLOAT32_TOLERANCE), (np.float16, FLOAT16_TOLERANCE)):
+        x = probe_inputs(dtype)
+        assert classify(x, exact(x).astype(dtype), tolerance).tail == ""

@@ -1,6 +1,7 @@
 """Fingerprints: what each ONNX GELU site computes when run alone on the probes."""
 
 import numpy as np
+import onnx
 import pytest
 from onnx import TensorProto, helper
 from onnxruntime.transformers.float16 import convert_float_to_float16
@@ -15,6 +16,8 @@ from verifiers.gelu import (
     find_relu_sites,
     fingerprint_sites,
 )
+from exporter import api
+from fixtures.specs import torch_model
 from verifiers.gelu.fingerprint import probe_model
 
 
@@ -113,3 +116,26 @@ def test_probe_model_is_the_site_alone_on_a_column_of_probes(torch_onnx):
     assert [i.name for i in probe.graph.input] == [site.input]
     assert [d.dim_value for d in probe.graph.input[0].type.tensor_type.shape.dim] == [0, 1]
     assert all(np.asarray(i.dims).prod() <= 1 for i in probe.graph.initializer)
+
+
+def test_a_tanh_written_with_exp_that_overflows_in_the_tail_is_a_change(handmade, tmp_path):
+    # tanh(z) = (e^2z - 1) / (e^2z + 1): right on the core probes, inf/inf = NaN once e^2z overflows.
+    c = float(np.sqrt(2 / np.pi))
+    nodes = [helper.make_node("Mul", ["x", "x"], ["x2"]), helper.make_node("Mul", ["x2", "x"], ["x3"]),
+             helper.make_node("Mul", ["x3", "cubic"], ["cx3"]), helper.make_node("Add", ["x", "cx3"], ["inner"]),
+             helper.make_node("Mul", ["inner", "two_scale"], ["z2"]), helper.make_node("Exp", ["z2"], ["e"]),
+             helper.make_node("Sub", ["e", "one"], ["num"]), helper.make_node("Add", ["e", "one"], ["den"]),
+             helper.make_node("Div", ["num", "den"], ["t"]), helper.make_node("Add", ["t", "one"], ["p"]),
+             helper.make_node("Mul", ["x", "p"], ["xp"]), helper.make_node("Mul", ["xp", "half"], ["y"])]
+    model = handmade.graph_model(nodes, [handmade.scalar("cubic", 0.044715), handmade.scalar("two_scale", 2 * c),
+                                         handmade.scalar("one", 1.0), handmade.scalar("half", 0.5)])
+    [fp] = measure(model)
+    assert fp.site.op == "elementwise" and fp.measured == UNKNOWN
+    assert fp.classification.tail.startswith("NaN at x=")
+    path = tmp_path / "overflowing.onnx"
+    onnx.save(model, path)
+    report = api.verify(path, source=torch_model("bare_gelu_tanh"))
+    assert report.outputs[0].passed  # the random batches never reach |x| = 13
+    assert report.exit_code == 3
+    [entry] = report.gelu
+    assert entry["status"] == "changed" and "NaN at x=" in entry["message"]
