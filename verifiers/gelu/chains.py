@@ -6,14 +6,18 @@ precision they were stored in, numpy's or ml_dtypes' such as bfloat16). The voca
 
 - Mul, Div, Neg, Pow, Add, Sub: elementwise arithmetic (inputs in ONNX order);
 - Erf, Tanh, Sigmoid: the cores of the chains below;
-- Gelu (attrs["approximate"] = "none" | "tanh") and Relu: one-node activations;
-- Exp, Abs: read only inside erf units (below).
+- Gelu (attrs["approximate"] = "none" | "tanh"), Silu and Relu: one-node activations;
+- Exp, Abs, Sign, Sqrt, Log, Reciprocal, Softplus, Sum, Min, Max, Clip (attrs min/max or scalar
+  inputs), Cast (attrs["to"]: a numpy dtype), Identity: the rest of what `regions` evaluates.
 
 Any other op name is opaque: it only counts as a consumer of its inputs. Chains are matched by
 structure, whatever the operand order: erf chains 0.5*x*(1+erf(x/sqrt2)) (also
 0.5*x*(1-erf(-x/sqrt2)), the erfc form), tanh chains 0.5*x*(1+tanh(sqrt(2/pi)*(x+0.044715*x^3)))
-with Pow or Mul cubes, and sigmoid chains x*sigmoid(1.702*x). The structure gives the claimed
-flavour; constants that do not match the catalogue turn the claim into `unknown`.
+with Pow or Mul cubes, and sigmoid chains x*sigmoid(1.702*x). These templates name what they
+find; their nodes are then evaluated on the probes, and where the numbers are conclusive they
+claim the flavour (and its scale: 0.6*x*(1+erf(x/sqrt2)) is 1.2 x exact); else the structure
+does, constants that do not match the catalogue making the claim `unknown`. Whatever the
+templates miss is found by its numbers (`regions`).
 
 Erf units: a target without an erf op (old TFLite runtimes, delegates) gets erf written out,
 e.g. as exportgate's sign-free Abramowitz & Stegun 7.1.26 form erf(z) = q(relu(-z)) - q(relu(z)),
