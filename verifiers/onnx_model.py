@@ -68,15 +68,28 @@ def elem_types(model: onnx.ModelProto, names: set[str]) -> dict[str, int]:
 
 
 def iter_nodes(graph: onnx.GraphProto):
-    """Every node, subgraphs (If/Loop/Scan bodies) included."""
+    """Every node, subgraphs (If/Loop/Scan bodies) included, each body right after its node."""
     for node in graph.node:
         yield node
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                yield from iter_nodes(attr.g)
-            elif attr.type == onnx.AttributeProto.GRAPHS:
-                for sub in attr.graphs:
-                    yield from iter_nodes(sub)
+        for sub in subgraphs(node):
+            yield from iter_nodes(sub)
+
+
+def subgraphs(node: onnx.NodeProto):
+    """The graphs a node holds as attributes (If branches, Loop and Scan bodies)."""
+    for attr in node.attribute:
+        if attr.type == onnx.AttributeProto.GRAPH:
+            yield attr.g
+        elif attr.type == onnx.AttributeProto.GRAPHS:
+            yield from attr.graphs
+
+
+def iter_graphs(graph: onnx.GraphProto):
+    """The graph and every subgraph inside it."""
+    yield graph
+    for node in graph.node:
+        for sub in subgraphs(node):
+            yield from iter_graphs(sub)
 
 
 def external_tensors(model: onnx.ModelProto):

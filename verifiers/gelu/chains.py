@@ -178,6 +178,26 @@ class ChainGraph:
                 stack.extend(name for name in self.nodes[i].inputs if name)
         return live
 
+    def cone(self, output: str, within: set[int]) -> set[int]:
+        """The nodes of `within` that `output` depends on (its producer included)."""
+        cone, stack = set(), [self.producer[output]]
+        while stack:
+            i = stack.pop()
+            if i in cone:
+                continue
+            cone.add(i)
+            stack.extend(j for t in self.nodes[i].inputs if (j := self.producer.get(t)) is not None and j in within)
+        return cone
+
+    def leaks(self, nodes: set[int], output: str) -> bool:
+        """Whether any tensor the nodes compute, other than `output`, is read outside them or is a
+        graph output."""
+        for i in nodes:
+            t = self.nodes[i].outputs[0]
+            if t != output and (t in self.graph_outputs or any(c not in nodes for c in self.consumers.get(t, []))):
+                return True
+        return False
+
     def absorbing_consumers(self, tensor: str) -> str:
         """The linear ops taking all of `tensor` (joined names), or "" when any other op reads it."""
         users = self.consumers.get(tensor, [])
@@ -473,19 +493,10 @@ def _erf_unit(graph: ChainGraph, root: str) -> ErfUnit | None:
     if found is None:
         return None
     last, error = found
-    inside = set(closure)
-    cone, stack = set(), [last]
-    while stack:
-        i = stack.pop()
-        if i in cone:
-            continue
-        cone.add(i)
-        stack.extend(j for t in graph.nodes[i].inputs if (j := graph.producer.get(t)) is not None and j in inside)
     output = graph.nodes[last].outputs[0]
-    for i in cone:  # only the erf leaves the unit
-        t = graph.nodes[i].outputs[0]
-        if t != output and (t in graph.graph_outputs or any(c not in cone for c in graph.consumers.get(t, []))):
-            return None
+    cone = graph.cone(output, set(closure))
+    if graph.leaks(cone, output):  # only the erf leaves the unit
+        return None
     return ErfUnit(tuple(sorted(cone)), root, output, error)
 
 

@@ -19,6 +19,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from verifiers.onnx_model import iter_graphs, iter_nodes
+
 from . import chains
 from .catalogue import EXACT, QUICK_ALPHA, TANH, Site
 
@@ -39,20 +41,8 @@ def _constant_scalar(node: onnx.NodeProto) -> np.ndarray | None:
     return None
 
 
-def _graphs(graph: onnx.GraphProto):
-    """The graph and every subgraph (If/Loop/Scan bodies) inside it."""
-    yield graph
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                yield from _graphs(attr.g)
-            elif attr.type == onnx.AttributeProto.GRAPHS:
-                for sub in attr.graphs:
-                    yield from _graphs(sub)
-
-
 def _nodes(graph: onnx.GraphProto):
-    return [node for g in _graphs(graph) for node in g.node]
+    return list(iter_nodes(graph))
 
 
 def _fold(node: onnx.NodeProto, out: dict[str, np.ndarray]) -> np.ndarray | None:
@@ -84,7 +74,7 @@ def scalar_constants(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
     """
     out = {
         init.name: numpy_helper.to_array(init)
-        for g in _graphs(graph) for init in g.initializer
+        for g in iter_graphs(graph) for init in g.initializer
         if math.prod(init.dims) == 1 and init.data_location != onnx.TensorProto.EXTERNAL
     }
     for node in _nodes(graph):
@@ -118,7 +108,7 @@ def _op_node(node: onnx.NodeProto) -> chains.OpNode:
 
 
 def _chain_graph(graph: onnx.GraphProto) -> chains.ChainGraph:
-    outputs = [o.name for g in _graphs(graph) for o in g.output]
+    outputs = [o.name for g in iter_graphs(graph) for o in g.output]
     return chains.ChainGraph([_op_node(n) for n in _nodes(graph)], scalar_constants(graph), outputs)
 
 

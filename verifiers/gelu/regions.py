@@ -169,25 +169,6 @@ class RegionFinder:
                 values[out_name], dtypes[out_name] = value, dtype
         return values, dtypes
 
-    def _cone(self, output: str, closure: set[int]) -> set[int]:
-        graph = self.graph
-        cone, stack = set(), [graph.producer[output]]
-        while stack:
-            i = stack.pop()
-            if i in cone:
-                continue
-            cone.add(i)
-            stack.extend(j for t in graph.nodes[i].inputs if (j := graph.producer.get(t)) is not None and j in closure)
-        return cone
-
-    def _leaks(self, cone: set[int], output: str) -> bool:
-        graph = self.graph
-        for i in cone:
-            t = graph.nodes[i].outputs[0]
-            if t != output and (t in graph.graph_outputs or any(c not in cone for c in graph.consumers.get(t, []))):
-                return True
-        return False
-
     def _pick(self, root: str, closure: list[int], values, dtypes, taken: set[int]) -> RegionSite | None:
         graph = self.graph
         inside = set(closure)
@@ -202,8 +183,8 @@ class RegionFinder:
                          _tolerance(dtypes[out]))
             if not _is_site(c):
                 continue
-            cone = self._cone(out, inside)
-            if cone & taken or not any(graph.nodes[j].op in NONLINEAR for j in cone) or self._leaks(cone, out):
+            cone = graph.cone(out, inside)
+            if cone & taken or not any(graph.nodes[j].op in NONLINEAR for j in cone) or graph.leaks(cone, out):
                 continue
             while (node := graph.nodes[graph.producer[out]]).op == "Cast" and node.inputs[0] in values \
                     and node.inputs[0] != root:  # casts around a site are its boundary, not its computation
