@@ -56,15 +56,27 @@ class Fingerprint:
         return self.classification.flavour
 
 
-def probe_model(model: onnx.ModelProto, site: Site, elem_type: int, output_type: int | None = None) -> onnx.ModelProto:
+class ModelIndex:
+    """What probing reads from a model, read once for all its sites: nodes by label (subgraphs
+    included), scalar constants, opset imports."""
+
+    def __init__(self, model: onnx.ModelProto):
+        self.model = model
+        self.by_label = {node_label(n): n for n in reversed(list(iter_nodes(model.graph)))}
+        self.constants = scalar_constants(model.graph)
+        self.opset_import = with_imported_domains(model).opset_import
+
+
+def probe_model(model: onnx.ModelProto | ModelIndex, site: Site, elem_type: int,
+                output_type: int | None = None) -> onnx.ModelProto:
     """The site's nodes as a model from site.input (shape [n, 1]) to site.output (of output_type,
     by default the input's: a site may end in a Cast).
 
     Scalar constants keep their values; any other side input (a bias) becomes zeros [1].
     """
-    by_label = {node_label(n): n for n in reversed(list(iter_nodes(model.graph)))}
-    nodes = [by_label[label] for label in site.nodes]
-    constants = scalar_constants(model.graph)
+    index = model if isinstance(model, ModelIndex) else ModelIndex(model)
+    nodes = [index.by_label[label] for label in site.nodes]
+    constants = index.constants
     produced = {out for n in nodes for out in n.output}
     zeros_dtype = _PROBE_TYPES[elem_type][0]
     initializers = {}
@@ -81,7 +93,7 @@ def probe_model(model: onnx.ModelProto, site: Site, elem_type: int, output_type:
         [helper.make_tensor_value_info(site.output, output_type or elem_type, None)],
         list(initializers.values()),
     )
-    return helper.make_model(graph, opset_imports=with_imported_domains(model).opset_import, ir_version=model.ir_version)
+    return helper.make_model(graph, opset_imports=index.opset_import, ir_version=index.model.ir_version)
 
 
 def _run(probe: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
@@ -93,7 +105,8 @@ def _run(probe: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
     return session.run(None, {session.get_inputs()[0].name: x})[0]
 
 
-def fingerprint_site(model: onnx.ModelProto, site: Site, elem_type: int, output_type: int | None = None) -> Fingerprint:
+def fingerprint_site(model: onnx.ModelProto | ModelIndex, site: Site, elem_type: int,
+                     output_type: int | None = None) -> Fingerprint:
     """Probe one site whose input (and output, when given) has the given ONNX element type, on the
     core and tail probes; the output's precision sets the match tolerance."""
     type_name = onnx.helper.tensor_dtype_to_np_dtype(elem_type).name if elem_type else "undefined"
@@ -101,8 +114,7 @@ def fingerprint_site(model: onnx.ModelProto, site: Site, elem_type: int, output_
     if elem_type not in _PROBE_TYPES:
         return Fingerprint(site, type_name, Classification(UNKNOWN, {}, False, f"cannot probe {type_name} sites"))
     np_dtype = _PROBE_TYPES[elem_type][0]
-    tolerance = max(_PROBE_TYPES[elem_type][1], _PROBE_TYPES[output_type][1]) if output_type == elem_type \
-        else _PROBE_TYPES[output_type][1]
+    tolerance = _PROBE_TYPES[output_type][1]
     x = probe_inputs(np_dtype).reshape(-1, 1)
     try:
         y = _run(probe_model(model, site, elem_type, output_type), x)
@@ -118,5 +130,6 @@ def fingerprint_sites(model: onnx.ModelProto, sites: list[Site]) -> list[Fingerp
     A site whose input type is neither declared nor inferable is probed as float32.
     """
     types = elem_types(model, {s.input for s in sites} | {s.output for s in sites})
-    return [fingerprint_site(model, s, types.get(s.input, onnx.TensorProto.FLOAT), types.get(s.output))
+    index = ModelIndex(model)
+    return [fingerprint_site(index, s, types.get(s.input, onnx.TensorProto.FLOAT), types.get(s.output))
             for s in sites]
