@@ -7,6 +7,9 @@ tf2onnx 1.17 quirks handled here:
   left unconverted fails the export.
 - tf2onnx stops at opset 18: higher requests are converted up with onnx.version_converter and
   checked; a lower opset than asked is never handed back.
+- from_function turns a captured tensor that is not a variable (keras-hub's position ids) into a
+  second graph input, so the artifact cannot be fed like the source. Such a function is frozen
+  first (every capture becomes a constant), and the outputs get back the names the freeze loses.
 """
 
 from __future__ import annotations
@@ -63,6 +66,30 @@ def unconverted_ops(model) -> list[str]:
     return sorted(left)
 
 
+def _without_captured_tensors(tf, function, signature):
+    """`function` itself, or, when it captures tensors that are not variables, a frozen copy with
+    every capture a constant and the output names the copy loses (flattened order)."""
+    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+
+    concrete = function.get_concrete_function(*signature)
+    if all(t.dtype == tf.resource for t in concrete.captured_inputs):
+        return function, []
+    frozen = convert_variables_to_constants_v2(concrete)
+    structured = concrete.structured_outputs
+    names = tf.nest.flatten({k: k for k in structured}) if isinstance(structured, dict) else []
+    return tf.function(lambda *args: frozen(*args)), names
+
+
+def _rename_outputs(proto, names: list[str]) -> None:
+    """Give the graph outputs `names`, in order, wherever the tensors are used."""
+    renames = {out.name: name for out, name in zip(proto.graph.output, names) if out.name != name}
+    for node in proto.graph.node:
+        node.input[:] = [renames.get(t, t) for t in node.input]
+        node.output[:] = [renames.get(t, t) for t in node.output]
+    for out in proto.graph.output:
+        out.name = renames.get(out.name, out.name)
+
+
 @register
 class KerasToOnnx(Route):
     framework = "keras"
@@ -90,10 +117,12 @@ class KerasToOnnx(Route):
         progress(f"exporting with tf2onnx {tf2onnx.__version__} at opset {convert_opset or 'default'}")
         try:
             with quiet_exporter():
-                proto, _ = tf2onnx.convert.from_function(
-                    tf.function(serve), input_signature=signature, opset=convert_opset)
+                function, output_names = _without_captured_tensors(tf, tf.function(serve), signature)
+                proto, _ = tf2onnx.convert.from_function(function, input_signature=signature, opset=convert_opset)
         except Exception as exc:
             raise Incompatible(f"tf2onnx failed: {one_line(exc)}") from exc
+        if output_names:
+            _rename_outputs(proto, output_names)
         left = unconverted_ops(proto)
         if left:
             raise Incompatible(f"tf2onnx could not convert {', '.join(left)} at opset {convert_opset}")

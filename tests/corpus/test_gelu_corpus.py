@@ -42,11 +42,6 @@ KNOWN = {
     ("llama", "tflite", None): (1, "last_hidden_state"),
     ("convnext_tiny", "onnx", 17): (4, "StatefulPartitionedCall"),
     ("convnext_tiny", "onnx", 20): (4, "StatefulPartitionedCall"),
-    # tf2onnx's from_function leaves a captured constant as a second graph input.
-    ("hub_vit", "onnx", 17): (2, "cannot be matched"),
-    ("hub_vit", "onnx", 20): (2, "cannot be matched"),
-    ("hub_gemma", "onnx", 17): (2, "cannot be matched"),
-    ("hub_gemma", "onnx", 20): (2, "cannot be matched"),
 }
 UNUSED = {"siglip_vision_last_hidden": 1}
 

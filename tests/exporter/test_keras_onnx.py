@@ -57,3 +57,15 @@ def test_opset_below_tf2onnx_range_is_exit_4(tmp_path):
     report = api.export(keras_model("functional_activation"), to="onnx", opset=6, out=tmp_path / "m.onnx")
     assert report.exit_code == 4
     assert report.failures[0].kind == "opset"
+
+
+@pytest.mark.parametrize("opset", [17, 20])
+def test_a_captured_tensor_is_frozen_not_left_as_a_graph_input(tmp_path, opset):
+    # tf2onnx's from_function makes a captured non-variable tensor a second graph input.
+    out = tmp_path / "m.onnx"
+    report = api.export(keras_model("captured_constant"), to="onnx", opset=opset, out=out)
+    assert report.exit_code == 0, report.summary_lines()
+    graph = onnx.load(str(out)).graph
+    assert [i.name for i in graph.input] == ["features"]
+    assert [o.name for o in graph.output] == ["logits"]
+    assert [g["status"] for g in report.gelu] == ["kept"]
