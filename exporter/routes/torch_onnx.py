@@ -17,6 +17,7 @@ from pathlib import Path
 from exporter.errors import ExportgateError, Incompatible, one_line
 from exporter.frameworks import FRAMEWORKS
 from exporter.routes import ExportRequest, ExportResult, Route, register
+from exporter.routes import torchscript_symbolics
 from exporter.routes.quiet import quiet_exporter
 from exporter.sources import Source
 from verifiers.onnx_model import default_opset, external_data_files, load_structure
@@ -40,6 +41,7 @@ def _export_torchscript(source, request, dest, args, kwargs, dynamic_axes):
         raise Incompatible("the TorchScript exporter cannot take a torch.export program (.pt2)")
     if request.opset is not None and request.opset > TORCHSCRIPT_MAX_OPSET:
         raise Incompatible(f"the TorchScript exporter stops at opset {TORCHSCRIPT_MAX_OPSET}")
+    torchscript_symbolics.register_for(request.opset)
     # The TorchScript exporter traces with positional arguments, which breaks forward() signatures
     # like transformers' ("got multiple values for argument 'use_cache'"): call by keyword instead.
     model = keyword_call(source.model, source.input_names) if _takes_keywords(source) else source.model
