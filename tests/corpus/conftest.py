@@ -1,7 +1,6 @@
 """The GELU corpus: third-party models and other tools' artifacts (see test_gelu_corpus.py).
 
-keras-hub installs into a cached folder put on sys.path, without its declared tensorflow-text
-(which would pull full TensorFlow next to tensorflow-cpu; the backbones do not use it). onnx2tf
+keras-hub installs into a cached folder put on sys.path (`fixtures.zoo.ensure_keras_hub`); onnx2tf
 runs in a cached Python 3.12 venv (tests/compat/runtime_venvs.py).
 """
 
@@ -10,31 +9,18 @@ import sys
 from pathlib import Path
 
 import pytest
-from filelock import FileLock
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "compat"))
 
-from runtime_venvs import ONNX2TF, Unavailable, cache_dir, runtime_venv  # noqa: E402
+from runtime_venvs import ONNX2TF, Unavailable, runtime_venv  # noqa: E402
 
-KERAS_HUB = "keras-hub==0.32.0"
+from fixtures import zoo  # noqa: E402
 
 
 @pytest.fixture(scope="session")
 def keras_hub_path():
     """A folder holding keras-hub (no dependencies), on sys.path for this session."""
-    target = cache_dir() / KERAS_HUB.replace("==", "-")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(target) + ".lock"):
-        if not (target / "keras_hub").is_dir():
-            result = subprocess.run(
-                [sys.executable, "-m", "pip", "install", "--no-deps", "--disable-pip-version-check", "--no-input",
-                 "--progress-bar", "off", "--target", str(target), KERAS_HUB],
-                capture_output=True, text=True, timeout=600)
-            if result.returncode != 0:
-                pytest.fail(f"pip install {KERAS_HUB} failed: {result.stderr.strip().splitlines()[-1:]}")
-    if str(target) not in sys.path:
-        sys.path.insert(0, str(target))
-    return target
+    return zoo.ensure_keras_hub()
 
 
 @pytest.fixture(scope="session")

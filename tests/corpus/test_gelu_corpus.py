@@ -1,7 +1,8 @@
 """The GELU guard on third-party models nobody tuned it to (slow): transformers architectures,
 keras.applications and keras-hub backbones built in code with random weights, exported through
-every route that applies (ONNX 13, 17 and 20, TFLite), plus artifacts written by other tools
-(onnxruntime's transformer optimizer, onnx2tf) verified against their sources.
+every route that applies (ONNX 13, 17, 18 and 20, TFLite; the zoo is `fixtures/zoo.py`), plus
+artifacts written by other tools (onnxruntime's transformer optimizer, onnx2tf) verified against
+their sources.
 
 A cell passes with no false alarm: the export verifies, and the GELU sites found are exactly the
 GELU computations that reach the outputs (`GELUS` in the builder files, by construction of each
@@ -9,76 +10,36 @@ architecture), all kept, with the architecture's flavour; dead ones are listed u
 exporter cannot do ends in exit 4 (or the exit the known defect gives) with the line naming it.
 """
 
-import importlib.util
 from collections import Counter
 
 import onnx
 import pytest
 
 from exporter import api
-from fixtures.specs import MODELS
+from fixtures import zoo
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning")]
 
-TRANSFORMERS = MODELS / "corpus_transformers.py"
-KERAS = MODELS / "corpus_keras.py"
-ROUTES = [("onnx", 13), ("onnx", 17), ("onnx", 20), ("tflite", None)]
-ROUTE_IDS = ["onnx13", "onnx17", "onnx20", "tflite"]
+TRANSFORMERS = zoo.GROUPS["transformers"]
+KERAS = zoo.GROUPS["keras"]
+CELLS = list(zoo.cells())
 
 
-def _gelus(path):
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.GELUS
-
-
-# (builder, to, opset) -> (exit code, text the failure names): what the exporters cannot do here.
-KNOWN = {
-    # litert-torch 0.10's converter drops a transpose after a broadcasting expand (repeat_kv with
-    # one key/value head, then q @ k^T): the artifact is wrong, and the comparison says so.
-    ("llama", "tflite", None): (1, "last_hidden_state"),
-    ("convnext_tiny", "onnx", 13): (4, "StatefulPartitionedCall"),
-    ("convnext_tiny", "onnx", 17): (4, "StatefulPartitionedCall"),
-    ("convnext_tiny", "onnx", 20): (4, "StatefulPartitionedCall"),
-}
-UNUSED = {"siglip_vision_last_hidden": 1}
-
-
-def _check_cell(report, name, gelus, to, opset):
-    known = KNOWN.get((name, to, opset))
+@pytest.mark.parametrize(("group", "name", "to", "opset"), CELLS,
+                         ids=[f"{name}-{zoo.route_id(to, opset)}" for _, name, to, opset in CELLS])
+def test_zoo_cell(request, tmp_path, group, name, to, opset):
+    if group == "keras":
+        request.getfixturevalue("keras_hub_path")
+    report = api.export(zoo.spec(group, name), to=to, opset=opset, out=tmp_path / f"m.{to}")
+    known = zoo.KNOWN.get((name, to, opset))
     if known is not None:
         code, text = known
         assert report.exit_code == code and any(text in f.message for f in report.failures), report.summary_lines()
         return
     assert report.exit_code == 0, report.summary_lines()
     assert report.gelu_guard == "checked"
-    count, flavour = gelus[name]
     statuses = Counter((g["status"], g["source_flavour"], g["measured"]) for g in report.gelu)
-    expected = Counter({("kept", flavour, flavour): count}) if count else Counter()
-    if UNUSED.get(name):
-        expected[("unused", flavour, None)] = UNUSED[name]
-    assert statuses == expected
-
-
-TRANSFORMERS_GELUS = _gelus(TRANSFORMERS)
-
-
-@pytest.mark.parametrize(("to", "opset"), ROUTES, ids=ROUTE_IDS)
-@pytest.mark.parametrize("name", sorted(TRANSFORMERS_GELUS))
-def test_transformers_models(tmp_path, name, to, opset):
-    report = api.export(f"{TRANSFORMERS}:{name}", to=to, opset=opset, out=tmp_path / f"m.{to}")
-    _check_cell(report, name, TRANSFORMERS_GELUS, to, opset)
-
-
-KERAS_GELUS = _gelus(KERAS)
-
-
-@pytest.mark.parametrize(("to", "opset"), ROUTES, ids=ROUTE_IDS)
-@pytest.mark.parametrize("name", sorted(KERAS_GELUS))
-def test_keras_applications_and_keras_hub_models(tmp_path, keras_hub_path, name, to, opset):
-    report = api.export(f"{KERAS}:{name}", to=to, opset=opset, out=tmp_path / f"m.{to}")
-    _check_cell(report, name, KERAS_GELUS, to, opset)
+    assert statuses == zoo.expected_gelu(group, name)
 
 
 @pytest.fixture(scope="module")
