@@ -8,8 +8,11 @@ tf2onnx 1.17 quirks handled here:
 - tf2onnx stops at opset 18: higher requests are converted up with onnx.version_converter and
   checked; a lower opset than asked is never handed back.
 - from_function turns a captured tensor that is not a variable (keras-hub's position ids) into a
-  second graph input, so the artifact cannot be fed like the source. Such a function is frozen
-  first (every capture becomes a constant), and the outputs get back the names the freeze loses.
+  second graph input, so the artifact cannot be fed like the source; and it leaves calls Keras
+  jit-compiles (keras.applications ConvNeXt's grouped convolutions: StatefulPartitionedCall with
+  _XlaMustCompile) unconverted. Such a function is frozen first (every capture a constant), its
+  calls stripped of the jit marks so tf2onnx inlines them, and converted as a graph; inputs and
+  outputs get back the names the freeze loses.
 """
 
 from __future__ import annotations
@@ -66,28 +69,55 @@ def unconverted_ops(model) -> list[str]:
     return sorted(left)
 
 
-def _without_captured_tensors(tf, function, signature):
-    """`function` itself, or, when it captures tensors that are not variables, a frozen copy with
-    every capture a constant and the output names the copy loses (flattened order)."""
+_JIT_MARKS = ("_XlaMustCompile", "_noinline")
+
+
+def _needs_freezing(tf, concrete) -> bool:
+    """Whether tf2onnx's from_function would mishandle the function: captured tensors that are
+    not variables, or jit-compiled calls."""
+    if any(t.dtype != tf.resource for t in concrete.captured_inputs):
+        return True
+    return any(item.attr[mark].b for item in _attributed(concrete.graph.as_graph_def())
+               for mark in _JIT_MARKS if mark in item.attr)
+
+
+def _attributed(graph_def) -> list:
+    """The nodes, functions and function body nodes of a GraphDef: whatever carries jit marks."""
+    functions = list(graph_def.library.function)
+    return [*graph_def.node, *functions, *(n for f in functions for n in f.node_def)]
+
+
+def _convert(tf, tf2onnx, serve, signature, opset):
+    """tf2onnx's ONNX proto of `serve` traced for `signature`, and a note when it was frozen."""
     from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
+    function = tf.function(serve)
     concrete = function.get_concrete_function(*signature)
-    if all(t.dtype == tf.resource for t in concrete.captured_inputs):
-        return function, []
+    if not _needs_freezing(tf, concrete):
+        return tf2onnx.convert.from_function(function, input_signature=signature, opset=opset)[0], None
     frozen = convert_variables_to_constants_v2(concrete)
+    graph_def = frozen.graph.as_graph_def()
+    for item in _attributed(graph_def):
+        for mark in _JIT_MARKS:
+            if mark in item.attr:
+                del item.attr[mark]
+    inputs, outputs = [t.name for t in frozen.inputs], [t.name for t in frozen.outputs]
+    proto, _ = tf2onnx.convert.from_graph_def(graph_def, input_names=inputs, output_names=outputs, opset=opset)
     structured = concrete.structured_outputs
     names = tf.nest.flatten({k: k for k in structured}) if isinstance(structured, dict) else []
-    return tf.function(lambda *args: frozen(*args)), names
+    _rename(proto, dict(zip(outputs, names)) | {t: t.split(":")[0] for t in inputs})
+    return proto, ("the function was frozen and its jit-compiled calls inlined before tf2onnx "
+                   "(it captures constants or holds calls tf2onnx leaves unconverted)")
 
 
-def _rename_outputs(proto, names: list[str]) -> None:
-    """Give the graph outputs `names`, in order, wherever the tensors are used."""
-    renames = {out.name: name for out, name in zip(proto.graph.output, names) if out.name != name}
+def _rename(proto, renames: dict[str, str]) -> None:
+    """Rename graph inputs and outputs (old name -> new) wherever the tensors are used."""
+    renames = {old: new for old, new in renames.items() if old != new}
     for node in proto.graph.node:
         node.input[:] = [renames.get(t, t) for t in node.input]
         node.output[:] = [renames.get(t, t) for t in node.output]
-    for out in proto.graph.output:
-        out.name = renames.get(out.name, out.name)
+    for value in [*proto.graph.input, *proto.graph.output]:
+        value.name = renames.get(value.name, value.name)
 
 
 @register
@@ -117,16 +147,13 @@ class KerasToOnnx(Route):
         progress(f"exporting with tf2onnx {tf2onnx.__version__} at opset {convert_opset or 'default'}")
         try:
             with quiet_exporter():
-                function, output_names = _without_captured_tensors(tf, tf.function(serve), signature)
-                proto, _ = tf2onnx.convert.from_function(function, input_signature=signature, opset=convert_opset)
+                proto, frozen_note = _convert(tf, tf2onnx, serve, signature, convert_opset)
         except Exception as exc:
             raise Incompatible(f"tf2onnx failed: {one_line(exc)}") from exc
-        if output_names:
-            _rename_outputs(proto, output_names)
         left = unconverted_ops(proto)
         if left:
             raise Incompatible(f"tf2onnx could not convert {', '.join(left)} at opset {convert_opset}")
-        notes = []
+        notes = [frozen_note] if frozen_note else []
         if opset is not None and opset > TF2ONNX_MAX_OPSET:
             progress(f"converting opset {TF2ONNX_MAX_OPSET} -> {opset} with onnx.version_converter")
             try:
