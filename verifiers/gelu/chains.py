@@ -557,12 +557,12 @@ def find_sites(graph: ChainGraph, fused: Matcher | None = None) -> list[Site]:
     What the templates miss is found by its numbers (`regions`): op "elementwise", claimed the
     flavour it computes. Sites no graph output depends on are marked unused.
     """
-    return [s for s in _sites(graph, fused) if s.claimed != SILU]
+    return [s for s in find_measured_sites(graph, fused) if s.claimed != SILU]
 
 
 def find_silu_sites(graph: ChainGraph, fused: Matcher | None = None) -> list[Site]:
     """SiLU sites (x*sigmoid(x), found by their numbers), ids "silu:{k}:{first node}"."""
-    return [s for s in _sites(graph, fused) if s.claimed == SILU]
+    return [s for s in find_measured_sites(graph, fused) if s.claimed == SILU]
 
 
 def _measured(finder, match: Match) -> Match:
@@ -576,10 +576,6 @@ def _measured(finder, match: Match) -> Match:
 
 def find_measured_sites(graph: ChainGraph, fused: Matcher | None = None) -> list[Site]:
     """GELU and SiLU sites together, graph order: the sites an artifact's inventory measures."""
-    return _sites(graph, fused)
-
-
-def _sites(graph: ChainGraph, fused: Matcher | None) -> list[Site]:
     from .regions import RegionFinder
 
     order = {node.name: i for i, node in reversed(list(enumerate(graph.nodes)))}
@@ -630,5 +626,5 @@ def find_relu_sites(graph: ChainGraph, op: str) -> list[Site]:
 def find_activation_sites(graph: ChainGraph, relu_op: str, fused: Matcher | None = None) -> list[Site]:
     """GELU, SiLU and ReLU sites together, in graph order (what the GELU verdict aligns)."""
     order = {node.name: i for i, node in reversed(list(enumerate(graph.nodes)))}
-    sites = _sites(graph, fused) + find_relu_sites(graph, relu_op)
+    sites = find_measured_sites(graph, fused) + find_relu_sites(graph, relu_op)
     return sorted(sites, key=lambda s: min(order[label] for label in s.nodes))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import onnx
 
+from verifiers.onnx_model import iter_nodes
+
 from .catalogue import RELU, Site
 from .fingerprint import Fingerprint, fingerprint_sites
 from .onnx_normalize import split_duplicate_gemms
@@ -29,8 +31,6 @@ def onnx_inventory(model: onnx.ModelProto) -> list[SiteFlavour]:
     """GELU and SiLU sites (measured) and ReLU sites of an ONNX model, subgraphs and local
     functions included (read through `split_duplicate_gemms`, so a site may name the nodes that
     undo a fusion)."""
-    from verifiers.onnx_model import iter_nodes
-
     model = split_duplicate_gemms(searchable(model))
     sites = find_activation_sites(model)
     measured = [measured_flavour(p) for p in fingerprint_sites(model, [s for s in sites if s.claimed != RELU])]

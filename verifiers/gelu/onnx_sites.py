@@ -41,10 +41,6 @@ def _constant_scalar(node: onnx.NodeProto) -> np.ndarray | None:
     return None
 
 
-def _nodes(graph: onnx.GraphProto):
-    return list(iter_nodes(graph))
-
-
 def _fold(node: onnx.NodeProto, out: dict[str, np.ndarray]) -> np.ndarray | None:
     """What an elementwise node computes from scalar constants alone, else None."""
     from .regions import ELEMENTWISE, evaluate
@@ -77,7 +73,7 @@ def scalar_constants(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
         for g in iter_graphs(graph) for init in g.initializer
         if math.prod(init.dims) == 1 and init.data_location != onnx.TensorProto.EXTERNAL
     }
-    for node in _nodes(graph):
+    for node in iter_nodes(graph):
         value = _fold(node, out)
         if value is not None and value.size == 1:
             out[node.output[0]] = value
@@ -109,7 +105,7 @@ def _op_node(node: onnx.NodeProto) -> chains.OpNode:
 
 def _chain_graph(graph: onnx.GraphProto) -> chains.ChainGraph:
     outputs = [o.name for g in iter_graphs(graph) for o in g.output]
-    return chains.ChainGraph([_op_node(n) for n in _nodes(graph)], scalar_constants(graph), outputs)
+    return chains.ChainGraph([_op_node(n) for n in iter_nodes(graph)], scalar_constants(graph), outputs)
 
 
 def searchable(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -146,14 +142,9 @@ def find_gelu_sites(model: onnx.ModelProto) -> list[Site]:
     """Every GELU site in the model's graph and its subgraphs, in graph order (pass the model
     through `searchable` to search its local functions too).
 
-    Relu and SiLU nodes are not GELU sites; list them with `find_relu_sites` and `find_silu_sites`.
+    Relu and SiLU nodes are not GELU sites; `find_activation_sites` lists them too.
     """
     return chains.find_sites(_chain_graph(model.graph), _match_microsoft)
-
-
-def find_silu_sites(model: onnx.ModelProto) -> list[Site]:
-    """SiLU sites (x*sigmoid(x)), ids "silu:{index}:{node}"."""
-    return chains.find_silu_sites(_chain_graph(model.graph), _match_microsoft)
 
 
 def find_relu_sites(model: onnx.ModelProto) -> list[Site]:

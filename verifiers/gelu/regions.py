@@ -104,12 +104,17 @@ def _tolerance(dtype: np.dtype | None) -> float:
     return FLOAT16_TOLERANCE if dtype is not None and np.dtype(dtype) == np.float16 else FLOAT32_TOLERANCE
 
 
+def _classify(values: dict, dtypes: dict, root: str, tensor: str) -> Classification:
+    """What `tensor` computes from the probes at `root`, at the precision of its dtype."""
+    return classify(values[root].astype(dtypes[root]), values[tensor].astype(dtypes[tensor] or np.float64),
+                    _tolerance(dtypes[tensor]))
+
+
 class RegionFinder:
     """Finds the region sites of a ChainGraph (see the module docstring)."""
 
     def __init__(self, graph):
         self.graph = graph
-        self.dtypes = getattr(graph, "dtypes", {}) or {}
 
     def _closure(self, root: str, taken: set[int]) -> list[int]:
         graph = self.graph
@@ -126,7 +131,7 @@ class RegionFinder:
         return sorted(closure)
 
     def _dtype(self, tensor: str, node=None, inherited: np.dtype | None = None) -> np.dtype | None:
-        dtype = self.dtypes.get(tensor)
+        dtype = self.graph.dtypes.get(tensor)
         if dtype is None and node is not None and node.op == "Cast":
             dtype = node.attrs.get("to")
         if dtype is None:
@@ -172,15 +177,13 @@ class RegionFinder:
     def _pick(self, root: str, closure: list[int], values, dtypes, taken: set[int]) -> RegionSite | None:
         graph = self.graph
         inside = set(closure)
-        x = values[root]
         for i in reversed(closure):
             if i in taken:
                 continue
             out = graph.nodes[i].outputs[0]
             if out not in values:
                 continue
-            c = classify(x.astype(dtypes[root]), values[out].astype(dtypes[out] or np.float64),
-                         _tolerance(dtypes[out]))
+            c = _classify(values, dtypes, root, out)
             if not _is_site(c):
                 continue
             cone = graph.cone(out, inside)
@@ -189,8 +192,7 @@ class RegionFinder:
             while (node := graph.nodes[graph.producer[out]]).op == "Cast" and node.inputs[0] in values \
                     and node.inputs[0] != root:  # casts around a site are its boundary, not its computation
                 inner = node.inputs[0]
-                ci = classify(x.astype(dtypes[root]), values[inner].astype(dtypes[inner] or np.float64),
-                              _tolerance(dtypes[inner]))
+                ci = _classify(values, dtypes, root, inner)
                 if not _is_site(ci):
                     break
                 cone, out, c = cone - {graph.producer[out]}, inner, ci
@@ -222,8 +224,7 @@ class RegionFinder:
         if values is None or output not in values or any(
                 d is not None and d.itemsize < 4 for d in (dtypes[root], dtypes.get(output))):
             return None
-        return classify(values[root].astype(dtypes[root]), values[output].astype(dtypes[output] or np.float64),
-                        _tolerance(dtypes[output]))
+        return _classify(values, dtypes, root, output)
 
     def sites(self, covered: set[int]) -> list[RegionSite]:
         """Region sites among the nodes not in `covered` (the templates' sites), graph order."""

@@ -31,7 +31,7 @@ import numpy as np
 from verifiers.tflite_model import TFLiteModel, as_model
 
 from . import chains
-from .catalogue import RELU, Site
+from .catalogue import RELU, SILU, Site
 
 SUBGRAPH = 0
 
@@ -233,8 +233,7 @@ def _op_node(graph: TFLiteGraph, i: int) -> list[chains.OpNode]:
                     chains.OpNode(label, act, (before,), outputs, dict(attrs))]
         return [chains.OpNode(label, f"{name}+{activation}", inputs, outputs)]
     if name == "CAST":
-        to = np.dtype(graph.subgraph.tensors[op.outputs[0]].dtype) if graph.subgraph.tensors[op.outputs[0]].dtype \
-            in ("float16", "float32", "float64") else None
+        to = _float_dtype(graph.subgraph.tensors[op.outputs[0]])
         return [chains.OpNode(label, "Cast" if to is not None else "CAST", inputs, outputs, {"to": to})]
     if name == "SQUARE":
         return [chains.OpNode(label, "Mul", (inputs[0], inputs[0]), outputs)]
@@ -243,6 +242,13 @@ def _op_node(graph: TFLiteGraph, i: int) -> list[chains.OpNode]:
         attrs = {"approximate": "tanh" if approximate else "none", "has_options": graph.options[i] is not None}
         return [chains.OpNode(label, "Gelu", inputs, outputs, attrs)]
     return [chains.OpNode(label, _OPS.get(name, name), inputs, outputs)]
+
+
+def _float_dtype(tensor) -> np.dtype | None:
+    """The numpy dtype of a float tensor that is not quantized, else None."""
+    if tensor.dtype in ("float16", "float32", "float64") and not tensor.quantized:
+        return np.dtype(tensor.dtype)
+    return None
 
 
 def chain_graph(graph: TFLiteGraph) -> tuple[chains.ChainGraph, dict[str, ErfUnit]]:
@@ -262,8 +268,8 @@ def chain_graph(graph: TFLiteGraph) -> tuple[chains.ChainGraph, dict[str, ErfUni
                                        {"ops": unit.ops, "error": unit.error}))
     constants = {graph.tensor_ids[t]: np.asarray(v).reshape(-1) for t, v in graph.constants.items()}
     outputs = [graph.tensor_ids[t] for t in graph.subgraph.outputs if t >= 0]
-    dtypes = {graph.tensor_ids[t]: np.dtype(tensor.dtype) for t, tensor in enumerate(graph.subgraph.tensors)
-              if tensor.dtype in ("float16", "float32", "float64") and not tensor.quantized}
+    dtypes = {graph.tensor_ids[t]: dtype for t, tensor in enumerate(graph.subgraph.tensors)
+              if (dtype := _float_dtype(tensor)) is not None}
     return chains.ChainGraph(nodes, constants, outputs, dtypes), by_label
 
 
@@ -314,8 +320,7 @@ def _relu_sites(graph: TFLiteGraph) -> list[Site]:
 
 
 def _gelu_sites(graph: TFLiteGraph) -> list[Site]:
-    neutral, units = chain_graph(graph)
-    return [_finish(graph, s, units) for s in chains.find_sites(neutral)]
+    return [s for s in measured_sites(graph) if s.claimed != SILU]
 
 
 def measured_sites(graph: TFLiteGraph) -> list[Site]:
