@@ -126,21 +126,34 @@ class KerasFramework(Framework):
             for spec in source.inputs
         ]
 
-    def serving_function(self, source, output_names: list[str]):
+    def serving_function(self, source, output_names: list[str], weights_as_inputs: bool = False):
         """A function of the inputs (positionally, in the source's order) returning
-        {output name: tensor}: traced, it gives artifacts the source's input and output names."""
+        {output name: tensor}: traced, it gives artifacts the source's input and output names.
+
+        weights_as_inputs: the function takes the model's variables after its inputs (those of
+        `model_variables`, in that order) and computes with them (Keras' stateless_call), so a
+        trace holds no weights."""
         model, names, by_keyword = source.model, source.input_names, source.by_keyword
+        trainable = len(model.trainable_variables) if weights_as_inputs else 0
 
         def serve(*args):
-            if by_keyword:
-                result = model(dict(zip(names, args)), training=False)
+            args, weights = args[:len(names)], args[len(names):]
+            inputs = dict(zip(names, args)) if by_keyword else (args[0] if len(args) == 1 else list(args))
+            if weights_as_inputs:
+                result, _ = model.stateless_call(list(weights[:trainable]), list(weights[trainable:]), inputs,
+                                                 training=False)
             else:
-                result = model(args[0] if len(args) == 1 else list(args), training=False)
+                result = model(inputs, training=False)
             values = list(result.values()) if isinstance(result, dict) else (
                 list(result) if isinstance(result, (list, tuple)) else [result])
             return dict(zip(output_names or output_names_of(model, result)[0], values))
 
         return serve
+
+
+def model_variables(model: Any) -> list:
+    """A Keras model's variables in the order stateless_call takes them: trainable, then the rest."""
+    return [*model.trainable_variables, *model.non_trainable_variables]
 
 
 def _takes_dict(model: Any) -> bool:

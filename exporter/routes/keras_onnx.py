@@ -13,6 +13,13 @@ tf2onnx 1.17 quirks handled here:
   _XlaMustCompile) unconverted. Such a function is frozen first (every capture a constant), its
   calls stripped of the jit marks so tf2onnx inlines them, and converted as a graph; inputs and
   outputs get back the names the freeze loses.
+- Weights over protobuf's 2 GiB: frozen, they would make a GraphDef protobuf cannot hold, and
+  tf2onnx's large_model path calls np.product (gone in numpy 2). The model is traced with its
+  variables as inputs (Keras' stateless_call) and each becomes an initializer in one external
+  data file beside the model.
+- At opset 18 tf2onnx's transpose optimizer can misplace ReduceMean's axes input (ConvNeXt's last
+  LayerNorm): a model onnx.checker rejects at 18 is converted at 17 and raised with
+  onnx.version_converter, and the note says so.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from exporter.sources import Source
 
 TF2ONNX_MAX_OPSET = 18
 TF2ONNX_MIN_OPSET = 7
+LARGE_MODEL_BYTES = 2**31 - 2**28  # weights past this leave the trace (protobuf stops at 2 GiB)
 _erfc_lowering_registered = False
 
 
@@ -110,6 +118,61 @@ def _convert(tf, tf2onnx, serve, signature, opset):
                    "(it captures constants or holds calls tf2onnx leaves unconverted)")
 
 
+def weight_bytes(model) -> int:
+    """Bytes of a Keras model's weights."""
+    return sum(int(np.prod(w.shape)) * np.dtype(w.dtype).itemsize for w in getattr(model, "weights", []))
+
+
+WEIGHT_INPUT = "exportgate_weight_{}"
+
+
+def weight_signature(tf, variables) -> list:
+    """TensorSpecs for a model's variables passed as inputs after its own."""
+    return [tf.TensorSpec(v.shape, v.dtype, name=WEIGHT_INPUT.format(i)) for i, v in enumerate(variables)]
+
+
+def save_with_external_weights(proto, variables, dest: Path) -> str:
+    """Save a model whose weights were traced as inputs (WEIGHT_INPUT) with each of them turned
+    into an initializer in one external data file beside it (`<name>.data`, 4 KiB-aligned
+    offsets, one variable in memory at a time); returns the data file's name."""
+    import onnx
+    from onnx import helper
+
+    data_name = f"{dest.name}.data"
+    by_name = {WEIGHT_INPUT.format(i): v for i, v in enumerate(variables)}
+    kept = [value for value in proto.graph.input if value.name not in by_name]
+    offset = 0
+    with open(dest.parent / data_name, "wb") as data:
+        for value in proto.graph.input:
+            if value.name not in by_name:
+                continue
+            array = np.ascontiguousarray(by_name[value.name].numpy())
+            offset = -(-offset // 4096) * 4096
+            data.seek(offset)
+            data.write(array.tobytes())
+            tensor = onnx.TensorProto(name=value.name, dims=array.shape,
+                                      data_type=helper.np_dtype_to_tensor_dtype(array.dtype),
+                                      data_location=onnx.TensorProto.EXTERNAL)
+            for key, item in (("location", data_name), ("offset", str(offset)), ("length", str(array.nbytes))):
+                entry = tensor.external_data.add()
+                entry.key, entry.value = key, item
+            proto.graph.initializer.append(tensor)
+            offset += array.nbytes
+    del proto.graph.input[:]
+    proto.graph.input.extend(kept)
+    onnx.save(proto, str(dest))
+    return data_name
+
+
+def _checker_error(onnx, proto) -> str | None:
+    """Why onnx.checker (with shape inference) rejects an in-memory model, or None."""
+    try:
+        onnx.checker.check_model(proto, full_check=True)
+    except Exception as exc:
+        return one_line(exc)
+    return None
+
+
 def _rename(proto, renames: dict[str, str]) -> None:
     """Rename graph inputs and outputs (old name -> new) wherever the tensors are used."""
     renames = {old: new for old, new in renames.items() if old != new}
@@ -135,33 +198,67 @@ class KerasToOnnx(Route):
         import tf2onnx
 
         register_erfc_lowering()
+        label = f"tf2onnx {tf2onnx.__version__}"
         opset = request.opset
         if opset is not None and opset < TF2ONNX_MIN_OPSET:
-            raise Incompatible(f"asked for opset {opset}: tf2onnx starts at opset {TF2ONNX_MIN_OPSET}", kind="opset")
+            raise Incompatible(f"asked for opset {opset}: {label} starts at opset {TF2ONNX_MIN_OPSET}", kind="opset")
         convert_opset = min(opset, TF2ONNX_MAX_OPSET) if opset is not None else None
 
         dynamic = {(a.input, a.axis) for a in request.dynamic}
         signature = keras_fw.tensor_signature(source, dynamic)
-        serve = keras_fw.serving_function(source, request.output_names)
+        variables = []
+        if weight_bytes(source.model) > LARGE_MODEL_BYTES:
+            # Frozen, the weights would be constants of a GraphDef past protobuf's 2 GiB, and
+            # tf2onnx 1.17's large_model calls numpy's removed np.product. Traced as inputs
+            # instead, they are written to external data straight from the variables.
+            from exporter.frameworks.keras_framework import model_variables
 
-        progress(f"exporting with tf2onnx {tf2onnx.__version__} at opset {convert_opset or 'default'}")
-        try:
-            with quiet_exporter():
-                proto, frozen_note = _convert(tf, tf2onnx, serve, signature, convert_opset)
-        except Exception as exc:
-            raise Incompatible(f"tf2onnx failed: {one_line(exc)}") from exc
-        left = unconverted_ops(proto)
-        if left:
-            raise Incompatible(f"tf2onnx could not convert {', '.join(left)} at opset {convert_opset}")
+            variables = model_variables(source.model)
+            signature = [*signature, *weight_signature(tf, variables)]
+        serve = keras_fw.serving_function(source, request.output_names, weights_as_inputs=bool(variables))
+
+        progress(f"exporting with {label} at opset {convert_opset or 'default'}"
+                 + (" (weights as inputs, then external data: over 2 GiB)" if variables else ""))
+        proto, frozen_note = self._tf2onnx(tf, tf2onnx, serve, signature, convert_opset, label)
         notes = [frozen_note] if frozen_note else []
-        if opset is not None and opset > TF2ONNX_MAX_OPSET:
-            progress(f"converting opset {TF2ONNX_MAX_OPSET} -> {opset} with onnx.version_converter")
+        if variables:
+            notes.append(f"the weights exceed protobuf's 2 GiB: traced as inputs for {label}, then written "
+                         "as initializers in external data")
+        if convert_opset == TF2ONNX_MAX_OPSET and not variables:
+            rejected = _checker_error(onnx, proto)
+            if rejected:
+                # tf2onnx 1.17's transpose optimizer misplaces ReduceMean-18's axes input in
+                # keras.applications ConvNeXt's final LayerNorm; at 17 axes are attributes.
+                fallback = TF2ONNX_MAX_OPSET - 1
+                progress(f"{label} at opset {convert_opset} wrote a model onnx.checker rejects; converting at "
+                         f"{fallback} and raising it with onnx.version_converter")
+                proto, _ = self._tf2onnx(tf, tf2onnx, serve, signature, fallback, label)
+                notes.append(f"{label} at opset {convert_opset} wrote a model onnx.checker rejects ({rejected}); "
+                             f"converted at {fallback} instead")
+                convert_opset = fallback
+        if opset is not None and opset > convert_opset:
+            progress(f"converting opset {convert_opset} -> {opset} with onnx.version_converter")
             try:
                 proto = onnx.version_converter.convert_version(proto, opset)
             except Exception as exc:
                 raise Incompatible(
-                    f"asked for opset {opset}: tf2onnx stops at {TF2ONNX_MAX_OPSET} and "
+                    f"asked for opset {opset}: {label} wrote {convert_opset} and "
                     f"onnx.version_converter failed: {one_line(exc)}", kind="opset") from exc
-            notes.append(f"tf2onnx wrote opset {TF2ONNX_MAX_OPSET}; onnx.version_converter raised it to {opset}")
-        onnx.save(proto, str(dest))
-        return ExportResult(exporter=f"tf2onnx {tf2onnx.__version__}", notes=notes)
+            notes.append(f"{label} wrote opset {convert_opset}; onnx.version_converter raised it to {opset}")
+        if variables:
+            save_with_external_weights(proto, variables, Path(dest))
+        else:
+            onnx.save(proto, str(dest))
+        return ExportResult(exporter=label, notes=notes)
+
+    @staticmethod
+    def _tf2onnx(tf, tf2onnx, serve, signature, opset, label):
+        try:
+            with quiet_exporter():
+                proto, note = _convert(tf, tf2onnx, serve, signature, opset)
+        except Exception as exc:
+            raise Incompatible(f"{label} failed: {one_line(exc)}") from exc
+        left = unconverted_ops(proto)
+        if left:
+            raise Incompatible(f"{label} could not convert {', '.join(left)} at opset {opset}")
+        return proto, note

@@ -5,6 +5,10 @@ down when asked for less, but keeps 18 and only logs a warning when a conversion
 The TorchScript exporter honours opsets 7 to 20 exactly but fails on some models. "auto" tries the
 one likelier to honour the request first and falls back to the other; whichever produced it, the
 artifact's opset is checked against the request.
+
+Below 18, dynamo's conversion keeps Split-18's num_outputs attribute, which older Splits do not
+have (onnx.checker rejects the model): it is replaced by what Split-13 reads, an even split or
+explicit sizes (see split_sizes_for_opset).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from exporter.routes import ExportRequest, ExportResult, Route, register
 from exporter.routes import torchscript_symbolics
 from exporter.routes.quiet import quiet_exporter
 from exporter.sources import Source
-from verifiers.onnx_model import default_opset, external_data_files, load_structure
+from verifiers.onnx_model import default_opset, external_data_files, iter_graphs, load_structure
 
 DYNAMO_BASE_OPSET = 18  # below this the dynamo exporter converts down, and may silently not
 TORCHSCRIPT_MAX_OPSET = 20
@@ -33,6 +37,59 @@ def _export_dynamo(source, request, dest, args, kwargs, dynamic_axes):
         input_names=source.input_names, output_names=request.output_names or None,
         dynamic_axes=dynamic_axes or None, external_data=True, optimize=True,
     )
+    if request.opset is not None and request.opset < DYNAMO_BASE_OPSET:
+        import onnx
+
+        model = load_structure(dest)
+        if split_sizes_for_opset(model):
+            onnx.save(model, str(dest))  # the weights stay in the external data file, untouched
+
+
+def split_sizes_for_opset(model) -> int:
+    """Rewrite every Split carrying Split-18's num_outputs, in a model below opset 18, to what
+    Split-13 (sizes as an input) or Split-2/11 (a `split` attribute) read; returns how many.
+
+    num_outputs=n cuts ceil(d/n)-long chunks and a shorter last one. When d divides evenly the
+    attribute is just dropped (the older Split's default is n equal parts); otherwise the sizes
+    are written out, d taken from shape inference. A d nothing can infer stays an even split.
+    """
+    import onnx
+
+    opset = default_opset(model) or DYNAMO_BASE_OPSET
+    if opset >= DYNAMO_BASE_OPSET:
+        return 0
+    nodes = [node for graph in iter_graphs(model.graph) for node in graph.node
+             if node.op_type == "Split" and node.domain in ("", "ai.onnx")
+             and any(a.name == "num_outputs" for a in node.attribute)]
+    if not nodes:
+        return 0
+    graph = onnx.shape_inference.infer_shapes(model).graph
+    dims = {v.name: v.type.tensor_type.shape.dim for v in [*graph.value_info, *graph.input, *graph.output]}
+    for node in nodes:
+        count = next(a.i for a in node.attribute if a.name == "num_outputs")
+        axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+        kept = [a for a in node.attribute if a.name != "num_outputs"]
+        del node.attribute[:]
+        node.attribute.extend(kept)
+        shape = dims.get(node.input[0])
+        size = shape[axis].dim_value if shape is not None and -len(shape) <= axis < len(shape) else 0
+        if not size or size % count == 0:
+            continue
+        chunk = -(-size // count)
+        sizes = [chunk] * (count - 1) + [size - chunk * (count - 1)]
+        if opset >= 13:
+            name = f"{node.output[0]}__split_sizes"
+            model.graph.initializer.append(onnx.numpy_helper.from_array(_int64(sizes), name))
+            node.input[1:] = [name]
+        else:
+            node.attribute.append(onnx.helper.make_attribute("split", sizes))
+    return len(nodes)
+
+
+def _int64(values):
+    import numpy as np
+
+    return np.asarray(values, dtype=np.int64)
 
 
 def _export_torchscript(source, request, dest, args, kwargs, dynamic_axes):
@@ -105,7 +162,7 @@ class TorchToOnnx(Route):
     exporters = tuple(EXPORTERS)
 
     def export(self, source: Source, request: ExportRequest, dest: Path, progress) -> ExportResult:
-        FRAMEWORKS["torch"].require("torch")
+        torch = FRAMEWORKS["torch"].require("torch")
         FRAMEWORKS["torch"].require("onnxscript")  # the dynamo exporter's backend
         args, kwargs = FRAMEWORKS["torch"].example_tensors(source, request.sample_inputs)
         dynamic_axes = {}
@@ -122,10 +179,10 @@ class TorchToOnnx(Route):
                 with quiet_exporter(), _modes_kept(source.model):
                     EXPORTERS[name](source, request, dest, args, kwargs, dynamic_axes)
             except ExportgateError as exc:
-                attempts.append(f"{label}: {exc}")
+                attempts.append(f"{label} of torch {torch.__version__}: {exc}")
                 continue
             except Exception as exc:
-                attempts.append(f"{label} failed: {_root_cause(exc)}")
+                attempts.append(f"{label} of torch {torch.__version__} failed: {_root_cause(exc)}")
                 continue
             produced = default_opset(load_structure(dest))
             if request.opset is None or produced == request.opset:

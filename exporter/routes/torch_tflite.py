@@ -12,6 +12,11 @@ and output names instead.
   full_dynamic_recipe: int8 channelwise weights, dynamic-range compute).
 - --dynamic is refused: litert-torch 0.10's lowering fails on symbolic dimensions even for a
   Linear-GELU-Linear MLP.
+- litert-torch 0.10 miscompiles a broadcasting expand that a reshape and then a transpose read
+  (transformers' repeat_kv for grouped-query attention, then q @ k^T: the transpose is lost and
+  the artifact is wrong). Before conversion the model is captured with torch.export, and every
+  expand a reshape reads is written as a concatenation of copies, which converts correctly
+  (see concat_broadcasts); the note says how many.
 """
 
 from __future__ import annotations
@@ -89,6 +94,50 @@ def _by_name(torch, module, input_names: list[str], output_names: list[str], by_
     return wrapper
 
 
+def concat_broadcasts(torch, module) -> int:
+    """In a torch.export graph module, replace every aten.expand that a reshape or view reads by
+    concatenations of copies along the broadcast dimensions (size 1 to n): the same values,
+    which the reshape copies out anyway. Returns how many expands were replaced."""
+    aten = torch.ops.aten
+    reshapes = {aten.reshape.default, aten.view.default, aten._unsafe_view.default}
+    graph = module.graph
+    replaced = 0
+    for node in list(graph.nodes):
+        if node.target is not aten.expand.default or not any(user.target in reshapes for user in node.users):
+            continue
+        source, sizes = node.args[0], list(node.args[1])
+        value = source.meta.get("val")
+        if value is None or value.dim() != len(sizes):
+            continue
+        repeats = [(dim, size) for dim, (old, size) in enumerate(zip(value.shape, sizes))
+                   if isinstance(size, int) and old == 1 and size > 1]
+        if not repeats:
+            continue
+        with graph.inserting_before(node):
+            copies = source
+            for dim, size in repeats:
+                copies = graph.call_function(aten.cat.default, ([copies] * size, dim))
+        node.replace_all_uses_with(copies)
+        graph.erase_node(node)
+        replaced += 1
+    if replaced:
+        graph.lint()
+        module.recompile()
+    return replaced
+
+
+def _without_broadcast_reshapes(torch, wrapper, sample) -> tuple[object, int]:
+    """The module to convert: `wrapper` captured and rewritten by concat_broadcasts when it has
+    such expands, else `wrapper` itself (also when torch.export cannot capture it: litert-torch
+    then reports its own failure)."""
+    try:
+        module = torch.export.export(wrapper, (), dict(sample)).module()
+    except Exception:
+        return wrapper, 0
+    replaced = concat_broadcasts(torch, module)
+    return (module, replaced) if replaced else (wrapper, 0)
+
+
 def _quant_config(quantize: str | None):
     if quantize is None:
         return None
@@ -130,14 +179,18 @@ class TorchToTflite(Route):
         progress(f"converting with {label}" + (f", --quantize {request.quantize}" if request.quantize else ""))
         try:
             with _litert_torch_quiet(litert_torch):
+                module, concatenated = _without_broadcast_reshapes(torch, wrapper, sample)
                 edge_model = litert_torch.convert(
-                    wrapper, sample_kwargs=sample, quant_config=quant_config, enable_x64=bool(wide))
+                    module, sample_kwargs=sample, quant_config=quant_config, enable_x64=bool(wide))
                 content = edge_model.model_content()
         except Exception as exc:
             raise Incompatible(f"{label} failed: {one_line(exc)}") from exc
         check_converted(content, label, allow_custom=True)
         Path(dest).write_bytes(content)
         notes = [LAYOUT_NOTE]
+        if concatenated:
+            notes.append(f"{concatenated} broadcasting expand(s) read by a reshape written as concatenations before "
+                         f"{label} (it miscompiles expand -> reshape -> transpose)")
         if wide:
             notes.append(f"64-bit inputs {', '.join(wide)} kept 64-bit (litert-torch enable_x64)")
         notes.extend(quantize_notes(request.quantize, content, label))

@@ -69,3 +69,18 @@ def test_a_captured_tensor_is_frozen_not_left_as_a_graph_input(tmp_path, opset):
     assert [i.name for i in graph.input] == ["features"]
     assert [o.name for o in graph.output] == ["logits"]
     assert [g["status"] for g in report.gelu] == ["kept"]
+
+
+@pytest.mark.slow
+def test_weights_past_2gib_export_into_external_data(tmp_path):
+    # Frozen, 2.4 GB of weights make a GraphDef protobuf cannot hold ("Invalid GraphDef").
+    out = tmp_path / "m.onnx"
+    report = api.export(keras_model("over_2gb"), to="onnx", opset=17, out=out)
+
+    assert report.exit_code == 0, report.summary_lines()
+    assert any("exceed protobuf's 2 GiB" in note for note in report.notes)
+    data = out.parent / f"{out.name}.data"
+    assert data.stat().st_size > 2**31 and out.stat().st_size < 2**20
+    model = onnx.load(str(out), load_external_data=False)
+    assert [i.name for i in model.graph.input] == ["x"]  # the weights are initializers, not inputs
+    assert [g["status"] for g in report.gelu] == ["kept"] * 3

@@ -75,3 +75,28 @@ def test_dynamic_axis(tmp_path):
     assert report.exit_code == 0, report.summary_lines()
     shape = onnx.load(str(out)).graph.input[0].type.tensor_type.shape.dim
     assert shape[0].dim_param and shape[1].dim_value == 16
+
+
+@pytest.mark.parametrize(("opset", "size", "parts", "sizes"), [
+    (17, 8, 3, [3, 3, 2]), (17, 8, 2, [4, 4]), (11, 7, 3, [3, 3, 1]), (13, 6, 3, [2, 2, 2])])
+def test_split_num_outputs_is_rewritten_for_the_lower_opset(opset, size, parts, sizes):
+    import numpy as np
+    from onnx import TensorProto, helper
+
+    from exporter.routes.torch_onnx import split_sizes_for_opset
+
+    outputs = [f"y{i}" for i in range(parts)]
+    graph = helper.make_graph(
+        [helper.make_node("Split", ["x"], outputs, axis=1, num_outputs=parts)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, size])],
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, [2, None]) for name in outputs])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    with pytest.raises(onnx.checker.ValidationError, match="num_outputs"):
+        onnx.checker.check_model(model, full_check=True)
+
+    assert split_sizes_for_opset(model) == 1
+    onnx.checker.check_model(model, full_check=True)
+    x = np.arange(2 * size, dtype=np.float32).reshape(2, size)
+    got = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    assert [g.shape[1] for g in got] == sizes
+    np.testing.assert_array_equal(np.concatenate(got, axis=1), x)

@@ -34,6 +34,15 @@ def test_low_opsets_export_through_the_torchscript_exporter(tmp_path, model, ops
     assert [g["status"] for g in report.gelu] == ["kept", "kept"]
 
 
+def test_dynamo_below_18_writes_splits_the_lower_opset_reads(tmp_path):
+    # dynamo's down-conversion keeps Split-18's num_outputs (GPT-2's qkv split), which onnx.checker
+    # rejects at 17; the route rewrites it and the artifact verifies.
+    report = api.export(f"{HF_MODELS}:gpt2", to="onnx", opset=17, exporter="dynamo", out=tmp_path / "m.onnx")
+    assert report.exit_code == 0, report.summary_lines()
+    assert (report.exporter, report.actual_opset) == ("torch.onnx (dynamo)", 17)
+    assert [g["status"] for g in report.gelu] == ["kept", "kept"]
+
+
 def test_causal_attention_below_opset_14_is_exit_4_naming_trilu(tmp_path):
     report = api.export(f"{MODELS / 'torch_models.py'}:causal_attention", to="onnx", opset=13,
                         out=tmp_path / "m.onnx")
