@@ -58,8 +58,9 @@ def table(results: dict) -> str:
     total = sum(len(cells) for cells in results.values())
     passed = sum(text.startswith("pass") for cells in results.values() for text in cells.values())
     lines.append("")
-    lines.append(f"{len(results)} models, {total} cells: {passed} pass, {total - passed} do not "
-                 "(each with the line that says why).")
+    failed = total - passed
+    lines.append(f"{len(results)} models, {total} cells: {passed} pass"
+                 + (f", {failed} do not (each with the line that says why)." if failed else "."))
     return "\n".join(lines)
 
 

@@ -5,21 +5,24 @@ The API never prints: progress on long steps goes to the `progress` callback.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-from collections.abc import Sequence
+import os
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Callable
 
-from exporter.errors import BadInput, ExportgateError, Incompatible
+from exporter.errors import BadInput, ExportgateError, Incompatible, Terminated, one_line
 from exporter.gelu_policy import apply_gelu_policy
-from exporter.routes import ExportRequest, route_for
+from exporter.gelu_policy import check_gelu_policy
+from exporter.routes import ExportRequest, check_request, route_for
 from exporter.sources import (
     load_source,
     make_batches,
     parse_dynamic_axis,
     parse_input_spec,
 )
-from exporter.staging import Staging, companion_files, remove_artifact
+from exporter.staging import Staging, companion_files, out_lock, remove_artifact, sweep_abandoned
 from exporter.target_fit import fit_ir_version
 from verifiers.compare import Tolerances
 from verifiers.formats import detect_format
@@ -44,6 +47,61 @@ def _silent(_: str) -> None:
     pass
 
 
+@contextlib.contextmanager
+def _reported(report: Report, report_path: str | Path | None) -> Iterator[contextlib.ExitStack]:
+    """Run a command's steps so that every way out leaves a report whose verdict and exit code
+    are the run's own. An ExportgateError becomes its finding; an interrupt (SIGINT, SIGTERM) or
+    an unforeseen error becomes a finding too and is raised again. Then the clean-ups the steps
+    pushed on the yielded stack run (they see the findings), and last the report is written."""
+    try:
+        with contextlib.ExitStack() as stack:
+            try:
+                yield stack
+            except ExportgateError as exc:
+                report.fail(exc.kind, str(exc))
+            except KeyboardInterrupt:
+                report.fail("interrupted", "interrupted (SIGINT): nothing was published")
+                raise
+            except Terminated:
+                report.fail("terminated", "terminated (SIGTERM): nothing was published")
+                raise
+            except Exception as exc:
+                report.fail("internal", f"internal error: {one_line(exc)}")
+                raise
+    finally:
+        if report_path is not None:
+            try:
+                check_writable(report_path, "--report")
+                _write_report(report, report_path)
+            except BadInput as exc:
+                if all(f.message != str(exc) for f in report.failures):  # said once, when first found
+                    report.fail("input", str(exc))
+
+
+def _write_report(report: Report, report_path: str | Path) -> None:
+    try:
+        report.write_json(report_path)
+    except OSError as exc:
+        raise BadInput(f"--report {report_path}: cannot write it: {one_line(exc)}") from exc
+
+
+def check_writable(path: str | Path, option: str) -> None:
+    """Refuse, before any work, a file path the run could not write: a folder, a path under a
+    file, or a folder this process may not write to (read-only filesystem included)."""
+    path = Path(path)
+    if path.is_dir():
+        raise BadInput(f"{option} {path}: is a folder; give a file path")
+    ancestor = path.parent
+    while not ancestor.exists():
+        if ancestor == ancestor.parent:
+            break
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise BadInput(f"{option} {path}: {ancestor} is a file, not a folder")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise BadInput(f"{option} {path}: {ancestor} is not writable")
+
+
 def export(
     model: str,
     *,
@@ -63,6 +121,7 @@ def export(
     batches: int = DEFAULT_BATCHES,
     verify: bool = True,
     gelu_guard: bool = True,
+    trust_source: bool = False,
     report_path: str | Path | None = None,
     progress: Progress = _silent,
 ) -> Report:
@@ -71,12 +130,19 @@ def export(
     out = Path(out)
     report = Report(command="export", model=model, format=to, requested_opset=opset, seed=seed,
                     batches=batches, verified=verify, quantize=quantize)
-    staging = None
-    try:
+    with _reported(report, report_path) as stack:
+        # Every option is checked before the model loads and before --out is touched.
         tolerances = Tolerances.parse(list(atol), list(rtol))
+        _check_opset(opset)
+        check_request(to, exporter, quantize)
+        check_gelu_policy(gelu)
+        input_specs = [parse_input_spec(s) for s in inputs]
+        axes = [parse_dynamic_axis(d) for d in dynamic]
+        check_writable(out, "--out")
+        if report_path is not None:
+            check_writable(report_path, "--report")
         if quantize is not None:
             report.notes.append(tolerances.scale_for(quantize))
-        _check_opset(opset)
         chosen = _target(target, matrix, to) if target else None
         if chosen is not None and to == "onnx":
             opset = _opset_for(chosen, opset)
@@ -84,9 +150,8 @@ def export(
         report.target = chosen.name if chosen else None
         with report.timed("load_source"):
             progress(f"loading {model}")
-            source = load_source(model, [parse_input_spec(s) for s in inputs])
+            source = load_source(model, input_specs, trust_source=trust_source)
         route = route_for(source.framework.name, to, exporter, quantize)
-        axes = [parse_dynamic_axis(d) for d in dynamic]
         for axis in axes:
             if axis.input not in source.input_names:
                 raise BadInput(f"--dynamic {axis.input}:{axis.axis}: no input named {axis.input!r} "
@@ -101,11 +166,19 @@ def export(
             with report.timed("gelu_source"):
                 progress("reading the GELU sites of the source")
                 captured = capture_source_sites(source, feeds[0])
+        stack.enter_context(out_lock(out, progress))
+        swept = sweep_abandoned(out.parent)
+        if swept:
+            report.notes.append(f"removed {len(swept)} staging folder(s) left by killed runs: "
+                                + ", ".join(p.name for p in swept))
         staging = Staging(out, to)
+        stack.callback(staging.cleanup)
         request = ExportRequest(to, opset, exporter, axes, output_names=reference[0][0], sample_inputs=feeds[0],
                                 quantize=quantize)
         with report.timed("export"):
             result = route.export(source, request, staging.path, progress)
+        # Only a run that really exported and then failed removes the release at --out.
+        stack.callback(_remove_stale_release, report, out, to)
         report.exporter = result.exporter
         report.notes.extend(result.notes)
         # A declared flavour change makes the outputs differ from the source's: the export as it was
@@ -131,21 +204,26 @@ def export(
         else:
             report.notes.append("verification skipped (--no-verify): the artifact was not run or compared")
         if report.exit_code == 0:
-            report.artifact = artifact_info(staging.publish(), to)
+            # The report is written first: nothing is published that its report does not describe.
+            report.artifact = artifact_info(staging.path, to, published_as=out)
+            if report_path is not None:
+                _write_report(report, report_path)
+            try:
+                staging.publish()
+            except OSError as exc:
+                raise BadInput(f"--out {out}: could not publish the artifact there: {one_line(exc)}") from exc
         else:
             rejected = staging.reject(Path(report_path).parent if report_path else out.parent)
             report.rejected_artifact = str(rejected)
             report.artifact = artifact_info(rejected, to)
-    except ExportgateError as exc:
-        report.fail(exc.kind, str(exc))
-    finally:
-        if staging is not None:
-            staging.cleanup()
-        if report.exit_code != 0 and remove_artifact(out, to):
-            report.notes.append(f"removed the previous {out} so no stale artifact stands at --out")
-        if report_path is not None:
-            report.write_json(report_path)
     return report
+
+
+def _remove_stale_release(report: Report, out: Path, fmt: str) -> None:
+    """After a run that exported and failed: no previous release may stand at --out as if it
+    were this run's."""
+    if report.exit_code != 0 and remove_artifact(out, fmt):
+        report.notes.append(f"removed the previous {out} (and its data files) so no stale artifact stands at --out")
 
 
 def verify(
@@ -158,14 +236,18 @@ def verify(
     seed: int = 0,
     batches: int = DEFAULT_BATCHES,
     gelu_guard: bool = True,
+    trust_source: bool = False,
     report_path: str | Path | None = None,
     progress: Progress = _silent,
 ) -> Report:
     """Verify an existing artifact (from exportgate or any other tool) against its source model."""
     artifact = Path(artifact)
     report = Report(command="verify", model=source, seed=seed, batches=batches)
-    try:
+    with _reported(report, report_path):
         tolerances = Tolerances.parse(list(atol), list(rtol))
+        input_specs = [parse_input_spec(s) for s in inputs]
+        if report_path is not None:
+            check_writable(report_path, "--report")
         fmt = detect_format(artifact)
         report.format = fmt
         report.artifact = artifact_info(artifact, fmt)
@@ -175,7 +257,7 @@ def verify(
             runner = runner_for(fmt)(artifact)
         with report.timed("load_source"):
             progress(f"loading {source}")
-            src = load_source(source, [parse_input_spec(s) for s in inputs], default_inputs=input_specs_of(runner))
+            src = load_source(source, input_specs, default_inputs=input_specs_of(runner), trust_source=trust_source)
         feeds = make_batches(src, seed, batches)
         report.example_batch = src.example is not None
         with report.timed("reference"):
@@ -183,11 +265,6 @@ def verify(
             reference = [src.run(feed) for feed in feeds]
         comparison = compare(report, runner, feeds, reference, tolerances, progress)
         judge_gelu(report, src, artifact, fmt, feeds[0], comparison, tolerances, progress, enabled=gelu_guard)
-    except ExportgateError as exc:
-        report.fail(exc.kind, str(exc))
-    finally:
-        if report_path is not None:
-            report.write_json(report_path)
     return report
 
 
@@ -214,17 +291,14 @@ def check(
     """Every incompatibility of an artifact (from any tool) with a target; exit 4 when there is one."""
     artifact = Path(artifact)
     report = Report(command="check", target=target)
-    try:
+    with _reported(report, report_path):
+        if report_path is not None:
+            check_writable(report_path, "--report")
         fmt = detect_format(artifact)
         report.format = fmt
         report.artifact = artifact_info(artifact, fmt)
         record_artifact_facts(report, artifact, fmt)
         _check_target(report, artifact, _target(target, matrix, None))
-    except ExportgateError as exc:
-        report.fail(exc.kind, str(exc))
-    finally:
-        if report_path is not None:
-            report.write_json(report_path)
     return report
 
 
@@ -265,13 +339,16 @@ def _check_target(report: Report, path: Path, target) -> None:
     report.failures.extend(to_findings(found))
 
 
-def artifact_info(path: Path, fmt: str) -> ArtifactInfo:
+def artifact_info(path: Path, fmt: str, published_as: Path | None = None) -> ArtifactInfo:
+    """Path, hashes and sizes of an artifact and its data files (refusing data files it may not
+    name); `published_as` is where it will stand once published (the same names beside it)."""
+    shown = Path(published_as) if published_as is not None else path
     data_files = [
-        {"path": str(path.parent / name), "sha256": _sha256(path.parent / name),
+        {"path": str(shown.parent / name), "sha256": _sha256(path.parent / name),
          "size_bytes": (path.parent / name).stat().st_size}
         for name in companion_files(path, fmt)
     ]
-    return ArtifactInfo(str(path), fmt, _sha256(path), path.stat().st_size, data_files)
+    return ArtifactInfo(str(shown), fmt, _sha256(path), path.stat().st_size, data_files)
 
 
 def _sha256(path: Path) -> str:

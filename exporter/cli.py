@@ -6,15 +6,18 @@ incompatible.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from exporter.errors import ExportgateError
+from exporter.errors import ExportgateError, Terminated
 
 app = typer.Typer(
     name="exportgate",
@@ -37,12 +40,26 @@ ReportOption = Annotated[Optional[Path], typer.Option("--report", help="Write th
 GeluGuardOption = Annotated[bool, typer.Option(
     "--no-gelu-guard", help="Do not check the GELU sites (the report records it). Without it, a source "
     "graph that cannot be read fails the run.")]
+TrustSourceOption = Annotated[bool, typer.Option(
+    "--trust-source", help="Load a model file whose loading can run code it carries (a .pt2: torch.export.load "
+    "unpickles). Without it such files are refused.")]
 MatrixOption = Annotated[Optional[Path], typer.Option(
     "--matrix", help="A YAML file of targets that adds to or overrides opset_matrix.yaml.")]
 
 
 def _progress(message: str) -> None:
     typer.echo(f"exportgate: {message}", err=True)
+
+
+@contextlib.contextmanager
+def _interruptible() -> Iterator[None]:
+    """Ctrl-C during a command: the API has cleaned up and written the report; say so in one
+    line and exit 130 (click would print "Aborted!" and exit 1)."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        typer.echo("exportgate: interrupted (SIGINT)", err=True)
+        raise typer.Exit(130) from None
 
 
 def _finish(report) -> None:
@@ -77,17 +94,19 @@ def export(
     batches: BatchesOption = 3,
     no_verify: Annotated[bool, typer.Option("--no-verify", help="Skip verification (the report says so).")] = False,
     no_gelu_guard: GeluGuardOption = False,
+    trust_source: TrustSourceOption = False,
     report: ReportOption = None,
 ) -> None:
     """Export MODEL, verify the artifact, and write it to --out only if it passes."""
     from exporter import api
 
-    result = api.export(
-        model, to=to, out=out, opset=opset, exporter=exporter, quantize=quantize, target=target, gelu=gelu,
-        matrix=matrix, inputs=inputs, dynamic=dynamic, atol=atol,
-        rtol=rtol, seed=seed, batches=batches, verify=not no_verify, gelu_guard=not no_gelu_guard,
-        report_path=report, progress=_progress,
-    )
+    with _interruptible():
+        result = api.export(
+            model, to=to, out=out, opset=opset, exporter=exporter, quantize=quantize, target=target, gelu=gelu,
+            matrix=matrix, inputs=inputs, dynamic=dynamic, atol=atol,
+            rtol=rtol, seed=seed, batches=batches, verify=not no_verify, gelu_guard=not no_gelu_guard,
+            trust_source=trust_source, report_path=report, progress=_progress,
+        )
     _finish(result)
 
 
@@ -101,13 +120,16 @@ def verify(
     seed: SeedOption = 0,
     batches: BatchesOption = 3,
     no_gelu_guard: GeluGuardOption = False,
+    trust_source: TrustSourceOption = False,
     report: ReportOption = None,
 ) -> None:
     """Run ARTIFACT and its source model on the same inputs and compare every output."""
     from exporter import api
 
-    result = api.verify(artifact, source=source, inputs=inputs, atol=atol, rtol=rtol, seed=seed,
-                        batches=batches, gelu_guard=not no_gelu_guard, report_path=report, progress=_progress)
+    with _interruptible():
+        result = api.verify(artifact, source=source, inputs=inputs, atol=atol, rtol=rtol, seed=seed,
+                            batches=batches, gelu_guard=not no_gelu_guard, trust_source=trust_source,
+                            report_path=report, progress=_progress)
     _finish(result)
 
 
@@ -122,7 +144,8 @@ def check(
     """List every incompatibility of ARTIFACT with a target: exit 4 when there is any, 0 when none."""
     from exporter import api
 
-    result = api.check(artifact, target=target, matrix=matrix, report_path=report)
+    with _interruptible():
+        result = api.check(artifact, target=target, matrix=matrix, report_path=report)
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=2, default=str))
     _finish(result)
@@ -188,10 +211,20 @@ def inspect(
         typer.echo(f"  {site['site']}: {site['op']}, claimed {site['claimed']}, {measured}")
 
 
+def _terminate(signum, frame) -> None:
+    raise Terminated()
+
+
 def main() -> None:
-    """Entry point: every ExportgateError ends in one line and its exit code, never a traceback."""
+    """Entry point: every ExportgateError ends in one line and its exit code, never a traceback.
+    Ctrl-C exits 130 and SIGTERM 143, each with one line, after the run has cleaned up and
+    written its report."""
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         app(standalone_mode=True)
+    except Terminated:
+        typer.echo("exportgate: terminated (SIGTERM)", err=True)
+        sys.exit(143)
     except ExportgateError as exc:
         typer.echo(f"exportgate: error: {exc}", err=True)
         sys.exit(2 if exc.kind == "input" else 4)

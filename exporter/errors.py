@@ -37,6 +37,11 @@ class Incompatible(ExportgateError):
     kind = "target"
 
 
+class Terminated(BaseException):
+    """Raised in the main thread when the process gets SIGTERM, so the run unwinds, cleans up and
+    writes its report as it does on Ctrl-C (KeyboardInterrupt)."""
+
+
 def one_line(exc: BaseException) -> str:
     """`Type: first line of the message`, for one-line error reports."""
     lines = [line for line in str(exc).strip().splitlines() if line.strip()]

@@ -29,10 +29,14 @@ class PolicyOutcome:
     declared: dict[str, str] = field(default_factory=dict)  # source flavour -> flavour asked for
 
 
-def apply_gelu_policy(path: Path, fmt: str, policy: str, target: Target | None) -> PolicyOutcome:
-    """Rewrite the artifact at `path` in place as the policy and target require."""
+def check_gelu_policy(policy: str) -> None:
     if policy not in POLICIES:
         raise BadInput(f"--gelu {policy!r}: choose one of {', '.join(POLICIES)}")
+
+
+def apply_gelu_policy(path: Path, fmt: str, policy: str, target: Target | None) -> PolicyOutcome:
+    """Rewrite the artifact at `path` in place as the policy and target require."""
+    check_gelu_policy(policy)
     return FORMAT_POLICIES[fmt](Path(path), policy, target)
 
 

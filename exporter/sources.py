@@ -116,12 +116,14 @@ def parse_dynamic_axis(text: str) -> DynamicAxis:
 
 
 def load_source(
-    spec: str, input_specs: list[InputSpec] | None = None, default_inputs: list[InputSpec] | None = None
+    spec: str, input_specs: list[InputSpec] | None = None, default_inputs: list[InputSpec] | None = None,
+    trust_source: bool = False,
 ) -> Source:
     """Load `file.py:callable`, `model.keras` or `model.pt2`.
 
     `default_inputs` (read off an artifact being verified) serve a model that comes with neither
-    example inputs nor --input specs.
+    example inputs nor --input specs. A model file whose loading can run code (a .pt2) loads
+    only with `trust_source`; a file.py runs by design.
     """
     from exporter.frameworks.keras_framework import prepare_keras_environment
 
@@ -136,6 +138,8 @@ def load_source(
         if not path.exists():
             raise BadInput(f"{spec}: no such file")
         framework = framework_for_file(path)
+        if framework.load_runs_code and not trust_source:
+            raise BadInput(f"{spec}: {framework.load_runs_code}; pass --trust-source to load a file you trust")
         model, example = framework.load_file(path), None
     return framework.make_source(spec, model, example, input_specs, list(default_inputs or []))
 
@@ -185,6 +189,9 @@ def make_batches(source: Source, seed: int, count: int) -> list[dict[str, np.nda
         batches.append(source.example)
     for _ in range(count):
         batches.append({spec.name: random_array(spec, rng, source.example) for spec in source.inputs})
+    if not batches:
+        raise BadInput("--batches 0 and the model has no example inputs: nothing to run it on "
+                       "(give --batches 1 or more)")
     return batches
 
 

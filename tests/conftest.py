@@ -10,13 +10,13 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
-def run_cli(*args, cwd, prelude: str = "") -> subprocess.CompletedProcess:
+def run_cli(*args, cwd, prelude: str = "", timeout: float = 600) -> subprocess.CompletedProcess:
     """Run `exportgate ARGS` in a fresh interpreter; `prelude` runs first (e.g. to hide a module)."""
     code = f"{prelude}\nfrom exporter.cli import main\nmain()"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.run(
         [sys.executable, "-c", code, *map(str, args)], cwd=cwd, env=env, capture_output=True, text=True,
-        timeout=600,
+        timeout=timeout,
     )
 
 

@@ -25,7 +25,81 @@ def load_structure(path: str | Path) -> onnx.ModelProto:
         raise BadInput(f"{path}: not a readable ONNX model: {one_line(exc)}") from exc
     if not model.graph.node and not model.opset_import:
         raise BadInput(f"{path}: not a readable ONNX model: empty graph")
+    check_external_data(model, path)
     return model
+
+
+def check_external_data(model: onnx.ModelProto, path: Path) -> None:
+    """Refuse a model whose external data could reach outside its folder or is not plain data,
+    before anything reads, hashes, loads or deletes it: every location must be a relative path
+    without `..`, resolve (symlinks followed) inside the model's folder to a regular file, and
+    hold each tensor's bytes at its offset and length."""
+    folder = path.resolve().parent
+    sizes: dict[str, int] = {}
+    for tensor in external_tensors(model):
+        entries = {e.key: e.value for e in tensor.external_data}
+        location = entries.get("location", "")
+        where = f"{path}: external data of {tensor.name!r} at {location!r}"
+        if location not in sizes:
+            sizes[location] = _data_file_size(location, folder, where)
+        try:
+            offset, length = int(entries.get("offset", 0)), entries.get("length")
+            length = int(length) if length is not None else None
+        except ValueError as exc:
+            raise BadInput(f"{where}: offset and length must be integers") from exc
+        expected = _tensor_bytes(tensor)
+        if offset < 0 or (length is not None and length < 0):
+            raise BadInput(f"{where}: negative offset or length")
+        if length is not None and expected is not None and length != expected:
+            raise BadInput(f"{where}: length {length} but the tensor's shape and type take {expected} bytes")
+        needed = offset + (length if length is not None else expected or 0)
+        if needed > sizes[location]:
+            raise BadInput(f"{where}: needs bytes up to {needed}, the file has {sizes[location]}")
+
+
+def _data_file_size(location: str, folder: Path, where: str) -> int:
+    import os
+    import stat
+    from pathlib import PurePosixPath, PureWindowsPath
+
+    parts = PurePosixPath(location.replace("\\", "/")).parts
+    if not location or PurePosixPath(location).is_absolute() or PureWindowsPath(location).is_absolute() \
+            or PureWindowsPath(location).drive or ".." in parts:
+        raise BadInput(f"{where}: external data must be a relative path inside the model's folder")
+    target = folder / location
+    try:
+        resolved = target.resolve(strict=True)
+    except (OSError, RuntimeError) as exc:
+        raise BadInput(f"{where}: missing ({one_line(exc)})") from exc
+    if not resolved.is_relative_to(folder):
+        raise BadInput(f"{where}: leads outside the model's folder (to {resolved})")
+    info = os.stat(resolved)
+    if not stat.S_ISREG(info.st_mode):
+        raise BadInput(f"{where}: not a regular file")
+    return info.st_size
+
+
+_SUB_BYTE_BITS = {"INT4": 4, "UINT4": 4, "FLOAT4E2M1": 4, "INT2": 2, "UINT2": 2, "FLOAT6E2M3": 6, "FLOAT6E3M2": 6}
+
+
+def _tensor_bytes(tensor: onnx.TensorProto) -> int | None:
+    """Bytes a tensor's dims and fixed-size type take (packed, for sub-byte types), or None for
+    strings and types this onnx does not know."""
+    import math
+
+    import numpy as np
+
+    type_name = onnx.TensorProto.DataType.Name(tensor.data_type) if tensor.data_type in \
+        onnx.TensorProto.DataType.values() else None
+    count = math.prod(tensor.dims)
+    if type_name in _SUB_BYTE_BITS:
+        return -(-count * _SUB_BYTE_BITS[type_name] // 8)
+    if type_name is None or type_name == "STRING":
+        return None
+    try:
+        return count * np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)).itemsize
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def default_opset(model: onnx.ModelProto) -> int | None:

@@ -19,7 +19,11 @@ from typing import Any
 # Finding kind -> exit code. Listed from most to least severe: when several kinds are found,
 # the first one listed decides the exit code.
 EXIT_CODES: dict[str, int] = {
+    # The run was stopped by a signal (Ctrl-C, or a CI job's kill): 128 + the signal's number.
+    "interrupted": 130,
+    "terminated": 143,
     "input": 2,
+    "internal": 2,  # an error exportgate did not foresee: its one line is in the finding
     "opset": 4,
     "target": 4,
     "gelu": 3,
@@ -168,7 +172,11 @@ class Report:
             raise
 
     def summary_lines(self) -> list[str]:
-        """A short human summary: the verdict first, then one line per failure."""
+        """A short human summary: the verdict first, then one line per failure. Bad input or
+        usage (exit 2: nothing was judged) is one `exportgate: error:` line per failure, like
+        every other error."""
+        if self.exit_code in (2, 130, 143):
+            return [f"exportgate: error: {f.message}" for f in self.failures if EXIT_CODES[f.kind] == self.exit_code]
         what = self.artifact.path if self.artifact else (self.model or "")
         detail = []
         if self.format:

@@ -23,6 +23,9 @@ class Framework:
     extra: str  # the exportgate extra that installs it
     modules: tuple[str, ...]  # top-level module names
     suffixes: tuple[str, ...] = ()  # model files it loads
+    # Why loading its model files can run code the file carries (None: it cannot); such files
+    # load only with --trust-source.
+    load_runs_code: str | None = None
 
     def owns(self, obj: Any) -> bool:
         raise NotImplementedError

@@ -20,6 +20,7 @@ class TorchFramework(Framework):
     extra = "torch"
     modules = ("torch",)
     suffixes = (".pt2",)
+    load_runs_code = "torch.export.load unpickles parts of a .pt2 (weights_only=False), which can run code"
 
     def owns(self, obj: Any) -> bool:
         torch = sys.modules.get("torch")

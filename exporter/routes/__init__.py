@@ -55,6 +55,21 @@ def formats() -> list[str]:
     return sorted({fmt for _, fmt in ROUTES})
 
 
+def check_request(fmt: str, exporter: str = "auto", quantize: str | None = None) -> None:
+    """What can be checked of --to, --exporter and --quantize before the model (and so its
+    framework) is known: each must be an option of some route to `fmt`."""
+    routes = [route for (_, route_fmt), route in ROUTES.items() if route_fmt == fmt]
+    if not routes:
+        raise BadInput(f"--to {fmt!r}: choose one of {', '.join(formats())}")
+    exporters = sorted({name for route in routes for name in route.exporters})
+    if exporter != "auto" and exporter not in exporters:
+        raise BadInput(f"--exporter {exporter!r} does not export to {fmt} (choose auto or one of {', '.join(exporters)})")
+    modes = sorted({mode for route in routes for mode in route.quantize_modes})
+    if quantize is not None and quantize not in modes:
+        choice = f"choose one of {', '.join(modes)}" if modes else "it has none"
+        raise BadInput(f"--quantize {quantize!r} is not an option of {fmt} exports ({choice})")
+
+
 def route_for(framework: str, fmt: str, exporter: str = "auto", quantize: str | None = None) -> Route:
     route = ROUTES.get((framework, fmt))
     if route is None:

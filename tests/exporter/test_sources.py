@@ -55,7 +55,7 @@ def test_exported_program_file(tmp_path):
     model, example = models.mlp_exact()
     path = tmp_path / "mlp.pt2"
     torch.export.save(torch.export.export(model, example), path)
-    source = load_source(str(path))
+    source = load_source(str(path), trust_source=True)
     assert source.framework.name == "torch" and source.inputs[0].shape == (4, 16)
     names, _, outputs = source.run({source.input_names[0]: example[0].numpy()})
     np.testing.assert_allclose(outputs[0], model(*example).detach().numpy(), atol=1e-6)

@@ -115,7 +115,7 @@ def test_torch_export_program(tmp_path):
 
     model, example = block_exact()
     torch.export.save(torch.export.export(model, example), tmp_path / "block.pt2")
-    source = load_source(str(tmp_path / "block.pt2"))
+    source = load_source(str(tmp_path / "block.pt2"), trust_source=True)
     ROUTES[("torch", "tflite")].export(source, ExportRequest("tflite"), tmp_path / "m.tflite", progress=lambda m: None)
     runner = LiteRtRunner(tmp_path / "m.tflite")
     assert [i.name for i in runner.inputs] == source.input_names

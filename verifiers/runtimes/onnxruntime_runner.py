@@ -35,7 +35,10 @@ class OnnxRuntimeRunner(Runner):
         import onnx
         import onnxruntime as ort
 
+        from verifiers.onnx_model import load_structure
+
         self.path = Path(path)
+        load_structure(self.path)  # refuses external data outside the model's folder before any read
         try:
             onnx.checker.check_model(str(self.path), full_check=True)
         except Exception as exc:

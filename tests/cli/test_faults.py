@@ -1,0 +1,139 @@
+"""Killed, interrupted, mistyped or raced runs: the report and the exit code agree, nothing
+unverified is published or outlives the run, and a previous release is lost only to a run that
+really exported and failed."""
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from fixtures.specs import torch_model
+from tests.conftest import REPO, run_cli
+
+
+def _start(tmp_path, *args):
+    code = "from exporter.cli import main\nmain()"
+    return subprocess.Popen([sys.executable, "-c", code, *map(str, args)], cwd=tmp_path,
+                            env={**os.environ, "PYTHONPATH": str(REPO)}, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for(process, text, timeout=300):
+    """Read the run's progress lines until one holds `text`; returns what was read."""
+    seen = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = process.stderr.readline()
+        if not line:
+            break
+        seen.append(line)
+        if text in line:
+            return seen
+    raise AssertionError(f"never saw {text!r}: {''.join(seen)}")
+
+
+def _release(tmp_path):
+    """A previous release at dist/m.onnx, with its data file."""
+    result = run_cli("export", torch_model("mlp_tanh"), "--to", "onnx", "--opset", "18", "--out", "dist/m.onnx",
+                     cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    return {p.name: p.read_bytes() for p in (tmp_path / "dist").iterdir()}
+
+
+def _files(tmp_path):
+    return {p.name: p.read_bytes() for p in (tmp_path / "dist").iterdir()}
+
+
+@pytest.mark.parametrize(("sig", "code", "word"), [(signal.SIGINT, 130, "interrupted"),
+                                                     (signal.SIGTERM, 143, "terminated")])
+def test_a_signal_mid_export_writes_a_report_that_says_so(tmp_path, sig, code, word):
+    before = _release(tmp_path)
+    run = _start(tmp_path, "export", torch_model("slow_mlp"), "--to", "onnx", "--opset", "17",
+                 "--out", "dist/m.onnx", "--report", "r.json")
+    _wait_for(run, "exporting with")
+    run.send_signal(sig)
+    rest = run.stderr.read()
+    assert run.wait(timeout=120) == code
+    assert rest.strip().splitlines()[-1] == f"exportgate: {word} ({signal.Signals(sig).name})"
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert (report["verdict"], report["exit_code"]) == ("fail", code)
+    assert _files(tmp_path) == before  # the previous release stands; no staging folder is left
+
+
+@pytest.mark.parametrize("options", [
+    ["--atol", "abc"], ["--rtol", "-1"], ["--to", "tflight"], ["--exporter", "onnx2tf"], ["--quantize", "int3"],
+    ["--gelu", "fast"], ["--dynamic", "x"], ["--input", "x:4by16:float32"], ["--opset", "0"],
+    ["--report", "dist/m.onnx/r.json"],
+])
+def test_a_usage_error_leaves_the_previous_release_and_loads_nothing(tmp_path, options):
+    before = _release(tmp_path)
+    marker = tmp_path / "loaded"
+    builder = tmp_path / "builder.py"
+    builder.write_text(f"import pathlib\npathlib.Path({str(marker)!r}).touch()\n"
+                       f"from fixtures.models.torch_models import mlp_exact as build\n")
+    result = run_cli("export", f"{builder}:build", "--to", "onnx", "--out", "dist/m.onnx", *options, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("exportgate: error: "), result.stderr
+    assert not marker.exists()  # validated before the model loaded
+    assert _files(tmp_path) == before
+
+
+@pytest.mark.parametrize(("option", "value", "message"), [
+    ("--out", "dist", "is a folder"), ("--out", "afile/m.onnx", "is a file, not a folder"),
+    ("--report", "afile/r.json", "is a file, not a folder")])
+def test_paths_that_cannot_be_written_are_refused_first(tmp_path, option, value, message):
+    (tmp_path / "dist").mkdir()
+    (tmp_path / "afile").write_text("")
+    args = {"--out": "dist/m.onnx", "--report": "r.json"} | {option: value}
+    result = run_cli("export", torch_model("mlp_exact"), "--to", "onnx", "--out", args["--out"],
+                     "--report", args["--report"], cwd=tmp_path)
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1 and message in result.stderr
+    assert list((tmp_path / "dist").iterdir()) == []
+
+
+def test_an_unexpected_error_is_in_the_report_with_the_processes_exit_code(tmp_path):
+    builder = tmp_path / "builder.py"
+    builder.write_text("def build():\n    raise ZeroDivisionError('boom')\n")
+    result = run_cli("export", f"{builder}:build", "--to", "onnx", "--out", "m.onnx", "--report", "r.json",
+                     cwd=tmp_path)
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert result.returncode == report["exit_code"] != 0
+    assert report["verdict"] == "fail" and "boom" in json.dumps(report["failures"])
+
+
+def test_a_killed_run_leaves_staging_that_the_next_run_sweeps(tmp_path):
+    run = _start(tmp_path, "export", torch_model("slow_mlp"), "--to", "onnx", "--opset", "17",
+                 "--out", "dist/m.onnx")
+    _wait_for(run, "running the artifact")  # the full unverified artifact is staged
+    run.kill()
+    run.wait(timeout=60)
+    left = [p for p in (tmp_path / "dist").iterdir() if p.name.endswith(".staging")]
+    assert len(left) == 1 and (left[0] / "m.onnx").exists()
+
+    result = run_cli("export", torch_model("mlp_exact"), "--to", "onnx", "--opset", "17", "--out", "dist/m.onnx",
+                     "--report", "r.json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in (tmp_path / "dist").iterdir()) == ["m.onnx"]
+    notes = json.loads((tmp_path / "r.json").read_text())["notes"]
+    assert any("removed 1 staging folder(s) left by killed runs" in n for n in notes)
+
+
+def test_two_exports_to_one_out_take_turns_and_the_report_matches_the_file(tmp_path):
+    first = _start(tmp_path, "export", torch_model("slow_mlp"), "--to", "onnx", "--opset", "17",
+                   "--out", "dist/m.onnx", "--report", "first.json")
+    _wait_for(first, "exporting with")  # it holds --out for the five seconds the export takes
+    second = _start(tmp_path, "export", torch_model("mlp_tanh"), "--to", "onnx", "--opset", "17",
+                    "--out", "dist/m.onnx", "--report", "second.json")
+    log = second.communicate(timeout=600)[1]
+    first.communicate(timeout=600)
+    assert (first.returncode, second.returncode) == (0, 0), log
+    assert "waiting for another exportgate run writing dist/m.onnx" in log
+    published = hashlib.sha256((tmp_path / "dist" / "m.onnx").read_bytes()).hexdigest()
+    reports = {name: json.loads((tmp_path / f"{name}.json").read_text()) for name in ("first", "second")}
+    assert reports["second"]["artifact"]["sha256"] == published != reports["first"]["artifact"]["sha256"]
