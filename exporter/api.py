@@ -121,6 +121,7 @@ def export(
     batches: int = DEFAULT_BATCHES,
     verify: bool = True,
     gelu_guard: bool = True,
+    allow_nonfinite: bool = False,
     trust_source: bool = False,
     report_path: str | Path | None = None,
     progress: Progress = _silent,
@@ -133,6 +134,7 @@ def export(
     with _reported(report, report_path) as stack:
         # Every option is checked before the model loads and before --out is touched.
         tolerances = Tolerances.parse(list(atol), list(rtol))
+        tolerances.allow_nonfinite = allow_nonfinite
         _check_opset(opset)
         check_request(to, exporter, quantize)
         check_gelu_policy(gelu)
@@ -152,10 +154,14 @@ def export(
             progress(f"loading {model}")
             source = load_source(model, input_specs, trust_source=trust_source)
         route = route_for(source.framework.name, to, exporter, quantize)
+        ranks = {spec.name: len(spec.shape) for spec in source.inputs}
         for axis in axes:
             if axis.input not in source.input_names:
                 raise BadInput(f"--dynamic {axis.input}:{axis.axis}: no input named {axis.input!r} "
                                f"(inputs: {', '.join(source.input_names)})")
+            if not 0 <= axis.axis < ranks[axis.input]:
+                raise BadInput(f"--dynamic {axis.input}:{axis.axis}: {axis.input} has {ranks[axis.input]} axes "
+                               f"(0 to {ranks[axis.input] - 1})")
         feeds = make_batches(source, seed, batches)
         report.example_batch = source.example is not None
         with report.timed("reference"):
@@ -236,6 +242,7 @@ def verify(
     seed: int = 0,
     batches: int = DEFAULT_BATCHES,
     gelu_guard: bool = True,
+    allow_nonfinite: bool = False,
     trust_source: bool = False,
     report_path: str | Path | None = None,
     progress: Progress = _silent,
@@ -245,6 +252,7 @@ def verify(
     report = Report(command="verify", model=source, seed=seed, batches=batches)
     with _reported(report, report_path):
         tolerances = Tolerances.parse(list(atol), list(rtol))
+        tolerances.allow_nonfinite = allow_nonfinite
         input_specs = [parse_input_spec(s) for s in inputs]
         if report_path is not None:
             check_writable(report_path, "--report")

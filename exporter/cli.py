@@ -40,6 +40,9 @@ ReportOption = Annotated[Optional[Path], typer.Option("--report", help="Write th
 GeluGuardOption = Annotated[bool, typer.Option(
     "--no-gelu-guard", help="Do not check the GELU sites (the report records it). Without it, a source "
     "graph that cannot be read fails the run.")]
+NonfiniteOption = Annotated[bool, typer.Option(
+    "--allow-nonfinite", help="Accept NaN and Inf in the source's outputs where the artifact has the same value "
+    "at the same position. Without it they fail the comparison.")]
 TrustSourceOption = Annotated[bool, typer.Option(
     "--trust-source", help="Load a model file whose loading can run code it carries (a .pt2: torch.export.load "
     "unpickles). Without it such files are refused.")]
@@ -68,6 +71,42 @@ def _finish(report) -> None:
     raise typer.Exit(report.exit_code)
 
 
+def _version(value: bool) -> None:
+    if value:
+        from importlib import metadata
+
+        typer.echo(f"exportgate {metadata.version('exportgate')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[bool, typer.Option(
+        "--version", callback=_version, is_eager=True, help="Print exportgate's version and exit.")] = False,
+    verbose: Annotated[bool, typer.Option(
+        "--verbose", help="Let the frameworks' and runtimes' own start-up and log lines through.")] = False,
+) -> None:
+    """Export PyTorch and Keras models to ONNX or TFLite, and prove each artifact faithful before it ships."""
+    if not verbose:
+        hide_framework_chatter()
+
+
+def hide_framework_chatter() -> None:
+    """Keep what TensorFlow, absl, oneDNN, LiteRT and torchao print on their own (native log lines
+    on file descriptor 2, log records at import) off the terminal: exportgate's own lines and
+    Python's stderr go to the real stderr, native writes to descriptor 2 go to a scratch file."""
+    import logging
+    import tempfile
+
+    sys.stderr.flush()
+    real = os.dup(2)
+    scratch = tempfile.TemporaryFile()
+    os.dup2(scratch.fileno(), 2)
+    sys.stderr = os.fdopen(real, "w", buffering=1, encoding=sys.stderr.encoding, errors="backslashreplace")
+    for name in ("torchao", "torch.utils._pytree", "absl", "tensorflow"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
 @app.command()
 def export(
     model: Annotated[str, typer.Argument(help="file.py:callable, model.keras or model.pt2")],
@@ -94,6 +133,7 @@ def export(
     batches: BatchesOption = 3,
     no_verify: Annotated[bool, typer.Option("--no-verify", help="Skip verification (the report says so).")] = False,
     no_gelu_guard: GeluGuardOption = False,
+    allow_nonfinite: NonfiniteOption = False,
     trust_source: TrustSourceOption = False,
     report: ReportOption = None,
 ) -> None:
@@ -105,7 +145,7 @@ def export(
             model, to=to, out=out, opset=opset, exporter=exporter, quantize=quantize, target=target, gelu=gelu,
             matrix=matrix, inputs=inputs, dynamic=dynamic, atol=atol,
             rtol=rtol, seed=seed, batches=batches, verify=not no_verify, gelu_guard=not no_gelu_guard,
-            trust_source=trust_source, report_path=report, progress=_progress,
+            allow_nonfinite=allow_nonfinite, trust_source=trust_source, report_path=report, progress=_progress,
         )
     _finish(result)
 
@@ -120,6 +160,7 @@ def verify(
     seed: SeedOption = 0,
     batches: BatchesOption = 3,
     no_gelu_guard: GeluGuardOption = False,
+    allow_nonfinite: NonfiniteOption = False,
     trust_source: TrustSourceOption = False,
     report: ReportOption = None,
 ) -> None:
@@ -128,7 +169,8 @@ def verify(
 
     with _interruptible():
         result = api.verify(artifact, source=source, inputs=inputs, atol=atol, rtol=rtol, seed=seed,
-                            batches=batches, gelu_guard=not no_gelu_guard, trust_source=trust_source,
+                            batches=batches, gelu_guard=not no_gelu_guard, allow_nonfinite=allow_nonfinite,
+                            trust_source=trust_source,
                             report_path=report, progress=_progress)
     _finish(result)
 

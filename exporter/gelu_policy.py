@@ -62,8 +62,11 @@ def _onnx(path: Path, policy: str, target: Target | None) -> PolicyOutcome:
     erf = target is None or target.gelu.get("erf") is not False
     outcome = PolicyOutcome()
     if policy == "native" and not gelu_op:
-        raise Incompatible(f"--gelu native: {where} has no native Gelu op (opset {opset}"
-                           + (f", gelu_op: {target.gelu.get('gelu_op')}" if target else "") + ")")
+        if opset < 20:
+            runs = f"; {target.name} loads opsets up to {target.max_opset}" if target else ""
+            raise Incompatible(f"--gelu native: opset {opset} has no Gelu op; it is in the default domain from "
+                               f"opset 20 (--opset 20){runs}", kind="opset")
+        raise Incompatible(f"--gelu native: {where} does not run the Gelu op (opset 20) by the target matrix")
     rewritten = model
     if policy == "tanh":
         form = GELU_OP if gelu_op else PRIMITIVES

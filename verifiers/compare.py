@@ -40,6 +40,9 @@ class Tolerances:
     rtol: float | None = None
     per_output_atol: dict[str, float] = field(default_factory=dict)
     per_output_rtol: dict[str, float] = field(default_factory=dict)
+    # NaN or Inf in the source's outputs fail the comparison unless this is set; then they pass
+    # where the artifact has the same value at the same position (NaN for NaN, Inf of the same sign).
+    allow_nonfinite: bool = False
 
     @classmethod
     def parse(cls, atol_options: list[str], rtol_options: list[str]) -> "Tolerances":
@@ -149,7 +152,7 @@ def _compare_one(name, art_name, refs, arts, tolerances):
             )
             return result, Finding("numeric", message, output=name)
 
-    nonfinite = _nonfinite_counts(refs, arts)
+    nonfinite, nonfinite_message = _nonfinite(name, refs, arts, tolerances.allow_nonfinite)
     max_abs = max_rel = 0.0
     out_count = total = 0
     for ref, art in zip(refs, arts):
@@ -166,7 +169,7 @@ def _compare_one(name, art_name, refs, arts, tolerances):
             significant = mag > max(tol.atol, np.finfo(np.float32).tiny)
             if significant.any():
                 max_rel = max(max_rel, float((diff[significant] / mag[significant]).max()))
-    passed = out_count == 0 and not nonfinite
+    passed = out_count == 0 and nonfinite_message is None
     result = OutputResult(
         shape=list(refs[0].shape), artifact_shape=list(arts[0].shape), max_abs_err=max_abs,
         max_rel_err=max_rel, frac_out_of_tol=out_count / total if total else 0.0,
@@ -174,9 +177,8 @@ def _compare_one(name, art_name, refs, arts, tolerances):
     )
     if passed:
         return result, None
-    if nonfinite:
-        where = ", ".join(f"{count} {what}" for what, count in nonfinite.items())
-        message = f"output {name}: non-finite values ({where})"
+    if nonfinite_message is not None:
+        message = nonfinite_message
     else:
         message = (
             f"output {name}: max abs err {max_abs:.3g} (atol {tol.atol:g}), max rel err "
@@ -188,14 +190,47 @@ def _compare_one(name, art_name, refs, arts, tolerances):
     })
 
 
-def _nonfinite_counts(refs: list[np.ndarray], arts: list[np.ndarray]) -> dict[str, int]:
-    """Count NaN/Inf on each side, but only where the two sides disagree about them."""
+def _kind(value: float) -> str:
+    return "NaN" if np.isnan(value) else ("+Inf" if value > 0 else "-Inf") if np.isinf(value) else f"{value:.6g}"
+
+
+def _nonfinite(name: str, refs: list[np.ndarray], arts: list[np.ndarray], allowed: bool
+               ) -> tuple[dict[str, int], str | None]:
+    """Counts of NaN and ±Inf on each side, and why they fail the output (None: they do not).
+
+    Positions where the two sides differ in kind (a NaN, +Inf or -Inf on one side and not the
+    same on the other) always fail; the source's own NaN/Inf fail unless `allowed`."""
     counts: dict[str, int] = {}
-    for side, arrays, others in (("source", refs, arts), ("artifact", arts, refs)):
-        for check, label in ((np.isnan, "NaN"), (np.isinf, "Inf")):
-            if arrays[0].dtype.kind not in "fc":
-                continue
-            n = sum(int(np.count_nonzero(check(a) & ~check(o))) for a, o in zip(arrays, others))
-            if n:
-                counts[f"{label} in {side}"] = n
-    return counts
+    if refs[0].dtype.kind not in "fc" and arts[0].dtype.kind not in "fc":
+        return counts, None
+    mismatched = total_source = 0
+    first_mismatch = first_source = None
+    for batch, (ref, art) in enumerate(zip(refs, arts)):
+        ref64, art64 = ref.astype(np.float64), art.astype(np.float64)
+        for side, values in (("source", ref64), ("artifact", art64)):
+            for label, test in (("NaN", np.isnan), ("+Inf", np.isposinf), ("-Inf", np.isneginf)):
+                n = int(np.count_nonzero(test(values)))
+                if n:
+                    counts[f"{label} in {side}"] = counts.get(f"{label} in {side}", 0) + n
+        differ = (np.isnan(ref64) != np.isnan(art64)) | (np.isposinf(ref64) != np.isposinf(art64)) \
+            | (np.isneginf(ref64) != np.isneginf(art64))
+        mismatched += int(np.count_nonzero(differ))
+        if first_mismatch is None and differ.any():
+            index = tuple(int(i) for i in np.argwhere(differ)[0])
+            first_mismatch = (batch, index, _kind(ref64[index]), _kind(art64[index]))
+        source_bad = ~np.isfinite(ref64)
+        total_source += int(np.count_nonzero(source_bad))
+        if first_source is None and source_bad.any():
+            index = tuple(int(i) for i in np.argwhere(source_bad)[0])
+            first_source = (batch, index, _kind(ref64[index]))
+    if mismatched:
+        batch, index, ref_kind, art_kind = first_mismatch
+        return counts, (f"output {name}: NaN/Inf differ at {mismatched} position(s), first in batch {batch} at "
+                        f"{list(index)}: source {ref_kind}, artifact {art_kind}")
+    if total_source and not allowed:
+        batch, index, kind = first_source
+        found = ", ".join(f"{count} {label}" for label, count in counts.items() if label.endswith("source"))
+        return counts, (f"output {name}: the source computes non-finite values ({found}), first in batch {batch} "
+                        f"at {list(index)}: {kind}; the artifact matches them, but nothing can be compared "
+                        "there (--allow-nonfinite accepts matching NaN/Inf)")
+    return counts, None

@@ -263,7 +263,45 @@ def _artifact_feed(runner: Runner, feed: dict[str, np.ndarray]) -> dict[str, np.
         value = chosen[info.name]
         if value.dtype.name != info.dtype:
             raise BadInput(f"input {info.name}: the artifact takes {info.dtype}, the source {value.dtype.name}")
+        mismatch = shape_mismatch(info.shape, list(value.shape))
+        if mismatch:
+            raise BadInput(f"input {info.name}: {mismatch}")
     return chosen
+
+
+def shape_mismatch(declared: list, fed: list[int]) -> str | None:
+    """Why an input of the declared shape (None or a name for a dynamic axis) cannot take an
+    array of shape `fed`, or None. Runtimes that resize inputs (LiteRT) would run it anyway and
+    only the outputs would be wrong; a permutation of the same sizes is named as a layout."""
+    shown = [d if isinstance(d, int) else "?" for d in declared]
+    if len(declared) != len(fed):
+        return f"the artifact takes rank {len(declared)} {shown}, the source feeds rank {len(fed)} {fed}"
+    axes = [i for i, (d, f) in enumerate(zip(declared, fed)) if isinstance(d, int) and d >= 0 and d != f]
+    if not axes:
+        return None
+    which = f"axis {axes[0]} differs" if len(axes) == 1 else f"axes {', '.join(map(str, axes))} differ"
+    message = f"the artifact takes {shown}, the source feeds {fed} ({which})"
+    if all(isinstance(d, int) for d in declared) and sorted(declared) != sorted(fed):
+        return message
+    perm = _layout_permutation(declared, fed)
+    if perm is not None:
+        message += f"; the same sizes in another order: the artifact's layout looks like the source's transposed by {perm}"
+    return message
+
+
+def _layout_permutation(declared: list, fed: list[int]) -> list[int] | None:
+    """A permutation p with declared[i] == fed[p[i]] (dynamic axes match anything), keeping equal
+    sizes in their order (NCHW from NHWC is [0, 3, 1, 2]); None when there is none."""
+    used: set[int] = set()
+    perm = []
+    for i, dim in enumerate(declared):
+        candidates = [j for j in range(len(fed)) if j not in used and (not isinstance(dim, int) or fed[j] == dim)]
+        if not candidates:
+            return None
+        j = candidates[0]
+        used.add(j)
+        perm.append(j)
+    return perm
 
 
 def input_specs_of(runner: Runner) -> list[InputSpec]:

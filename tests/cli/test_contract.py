@@ -161,3 +161,28 @@ def test_help_does_not_import_torch_or_tensorflow(cli):
     result = cli("--help", prelude=probe)
     assert result.returncode == 0 and "export" in result.stdout
     assert result.stderr.strip().endswith("[]")
+
+
+def test_version(cli):
+    from importlib import metadata
+
+    result = cli("--version")
+    assert result.returncode == 0 and result.stdout.strip() == f"exportgate {metadata.version('exportgate')}"
+
+
+@pytest.mark.parametrize("spec", ["keras_models.py:functional_activation", "torch_models.py:mlp_exact"])
+def test_framework_start_up_lines_stay_off_stderr_unless_verbose(cli, spec):
+    from fixtures.specs import MODELS
+
+    args = ("export", f"{MODELS / spec}", "--to", "tflite", "--out", "m.tflite")
+    quiet = cli(*args)
+    assert quiet.returncode == 0, quiet.stderr
+    assert all(line.startswith(("exportgate: ", "PASS ", "  ")) for line in quiet.stderr.splitlines()), quiet.stderr
+    loud = cli("--verbose", *args)
+    assert loud.returncode == 0 and len(loud.stderr.splitlines()) > len(quiet.stderr.splitlines())
+
+
+def test_a_dynamic_axis_past_the_inputs_rank_is_exit_2(cli):
+    result = cli("export", torch_model("mlp_exact"), "--to", "onnx", "--out", "m.onnx", "--dynamic", "input:99")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == "exportgate: error: --dynamic input:99: input has 2 axes (0 to 1)"

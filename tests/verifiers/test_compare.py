@@ -50,11 +50,35 @@ def test_nan_is_reported_as_nan_not_as_a_tolerance_miss():
     art[1] = np.nan
     [result], [finding] = _compare(ref, art)
     assert result.nonfinite == {"NaN in artifact": 1}
-    assert "non-finite values (1 NaN in artifact)" in finding.message
-    both = ref.copy()
-    both[2] = np.inf
-    [same], findings = _compare(both, both.copy())
-    assert same.passed and not findings  # the same Inf on both sides is agreement
+    assert "NaN/Inf differ at 1 position(s), first in batch 0 at [1]: source 1, artifact NaN" in finding.message
+
+
+def test_opposite_infinities_differ():
+    ref = np.array([1, np.inf, 2], np.float32)
+    [result], [finding] = _compare(ref, -ref)
+    assert not result.passed
+    assert "source +Inf, artifact -Inf" in finding.message
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])
+def test_nonfinite_source_values_fail_unless_allowed_and_matched(value):
+    ref = np.array([1, value, 2], np.float32)
+    [result], [finding] = _compare(ref, ref.copy())
+    assert not result.passed and "the source computes non-finite values" in finding.message
+    assert "--allow-nonfinite" in finding.message
+    allowed = Tolerances(allow_nonfinite=True)
+    [same], findings = compare_outputs(["y"], ["y"], [(0, 0)], [[ref]], [[ref.copy()]], allowed)
+    assert same.passed and not findings
+    other = ref.copy()
+    other[1] = np.nan if not np.isnan(value) else np.inf
+    [moved], [finding] = compare_outputs(["y"], ["y"], [(0, 0)], [[ref]], [[other]], allowed)
+    assert not moved.passed and "differ at 1 position(s)" in finding.message
+
+
+def test_an_all_nan_model_fails():
+    ref = np.full((2, 3), np.nan, np.float32)
+    [result], [finding] = _compare(ref, ref.copy())
+    assert not result.passed and "6 NaN in source" in finding.message
 
 
 def test_matching_by_name_then_by_order():
