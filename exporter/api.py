@@ -37,7 +37,7 @@ from verifiers.pipeline import (
     verify_artifact,
 )
 from verifiers.report import ArtifactInfo, Report
-from verifiers.runtimes import InvalidArtifact, runner_for
+from verifiers.runtimes import InvalidArtifact, open_runner, runner_for
 
 Progress = Callable[[str], None]
 DEFAULT_BATCHES = 3
@@ -262,7 +262,7 @@ def verify(
         record_artifact_facts(report, artifact, fmt)
         with report.timed("load_artifact"):
             progress(f"loading {artifact} in {runner_for(fmt).runtime}")
-            runner = runner_for(fmt)(artifact)
+            runner = open_runner(fmt, artifact)
         with report.timed("load_source"):
             progress(f"loading {source}")
             src = load_source(source, input_specs, default_inputs=input_specs_of(runner), trust_source=trust_source)

@@ -43,6 +43,12 @@ GeluGuardOption = Annotated[bool, typer.Option(
 NonfiniteOption = Annotated[bool, typer.Option(
     "--allow-nonfinite", help="Accept NaN and Inf in the source's outputs where the artifact has the same value "
     "at the same position. Without it they fail the comparison.")]
+TimeoutOption = Annotated[Optional[float], typer.Option(
+    "--timeout", min=0.001, help="Seconds a runtime may take for one step on the artifact (a load, a batch, the "
+    "GELU probes) before the run fails with exit 4. Default 900.")]
+MemoryOption = Annotated[Optional[float], typer.Option(
+    "--memory-limit", min=0.01, help="GiB of address space the runtime's worker process may use. Default: the "
+    "machine's RAM.")]
 TrustSourceOption = Annotated[bool, typer.Option(
     "--trust-source", help="Load a model file whose loading can run code it carries (a .pt2: torch.export.load "
     "unpickles). Without it such files are refused.")]
@@ -63,6 +69,13 @@ def _interruptible() -> Iterator[None]:
     except KeyboardInterrupt:
         typer.echo("exportgate: interrupted (SIGINT)", err=True)
         raise typer.Exit(130) from None
+
+
+def _runtime_limits(timeout: float | None, memory_gib: float | None):
+    """The limits of the runtime worker processes (verifiers.runtimes.isolation) for one command."""
+    from verifiers.runtimes import isolation
+
+    return isolation.limits(timeout, int(memory_gib * 2**30) if memory_gib else None)
 
 
 def _finish(report) -> None:
@@ -135,12 +148,14 @@ def export(
     no_gelu_guard: GeluGuardOption = False,
     allow_nonfinite: NonfiniteOption = False,
     trust_source: TrustSourceOption = False,
+    timeout: TimeoutOption = None,
+    memory_limit: MemoryOption = None,
     report: ReportOption = None,
 ) -> None:
     """Export MODEL, verify the artifact, and write it to --out only if it passes."""
     from exporter import api
 
-    with _interruptible():
+    with _interruptible(), _runtime_limits(timeout, memory_limit):
         result = api.export(
             model, to=to, out=out, opset=opset, exporter=exporter, quantize=quantize, target=target, gelu=gelu,
             matrix=matrix, inputs=inputs, dynamic=dynamic, atol=atol,
@@ -162,12 +177,14 @@ def verify(
     no_gelu_guard: GeluGuardOption = False,
     allow_nonfinite: NonfiniteOption = False,
     trust_source: TrustSourceOption = False,
+    timeout: TimeoutOption = None,
+    memory_limit: MemoryOption = None,
     report: ReportOption = None,
 ) -> None:
     """Run ARTIFACT and its source model on the same inputs and compare every output."""
     from exporter import api
 
-    with _interruptible():
+    with _interruptible(), _runtime_limits(timeout, memory_limit):
         result = api.verify(artifact, source=source, inputs=inputs, atol=atol, rtol=rtol, seed=seed,
                             batches=batches, gelu_guard=not no_gelu_guard, allow_nonfinite=allow_nonfinite,
                             trust_source=trust_source,
@@ -218,11 +235,14 @@ def targets(
 def inspect(
     artifact: Annotated[Path, typer.Argument(help="The artifact to describe.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
+    timeout: TimeoutOption = None,
+    memory_limit: MemoryOption = None,
 ) -> None:
     """Show an artifact's format, opsets, op counts, inputs and outputs, and its GELU sites."""
     from exporter import api
 
-    info = api.inspect(artifact)
+    with _interruptible(), _runtime_limits(timeout, memory_limit):
+        info = api.inspect(artifact)
     if as_json:
         typer.echo(json.dumps(info, indent=2))
         return

@@ -13,6 +13,17 @@ class ExportgateError(Exception):
         if kind is not None:
             self.kind = kind
 
+    def __reduce__(self):
+        # Pickled (from a runtime worker) with its kind, whatever the subclass's __init__ takes.
+        return _rebuild, (type(self), str(self), self.kind)
+
+
+def _rebuild(cls: type[ExportgateError], message: str, kind: str) -> ExportgateError:
+    error = cls.__new__(cls)
+    Exception.__init__(error, message)
+    error.kind = kind
+    return error
+
 
 class BadInput(ExportgateError):
     """Unreadable model, bad spec, missing callable: exit 2."""

@@ -9,7 +9,7 @@ from typing import Any
 import onnx
 from google.protobuf.message import DecodeError
 
-from exporter.errors import BadInput, one_line
+from exporter.errors import BadInput, ExportgateError, one_line
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
 
@@ -27,6 +27,24 @@ def load_structure(path: str | Path) -> onnx.ModelProto:
         raise BadInput(f"{path}: not a readable ONNX model: empty graph")
     check_external_data(model, path)
     return model
+
+
+def malformed_onnx_is_bad_input(path: Path, fn, *args):
+    """fn(*args) on an ONNX file from anywhere: an error it raises on a model that onnx.checker
+    also rejects (a mutated or hostile file: bytes where names go, unknown data types) is a
+    one-line BadInput; on a model the checker accepts, it is a bug here and is raised as it is."""
+    try:
+        return fn(*args)
+    except ExportgateError:
+        raise
+    except Exception as exc:
+        try:
+            onnx.checker.check_model(load_structure(path))
+        except BadInput:
+            raise
+        except Exception as rejected:
+            raise BadInput(f"{path}: malformed ONNX model: {one_line(rejected)}") from exc
+        raise
 
 
 def check_external_data(model: onnx.ModelProto, path: Path) -> None:

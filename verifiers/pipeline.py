@@ -14,22 +14,23 @@ from exporter.routes.quiet import quiet_exporter
 from exporter.sources import InputSpec, Source
 from exporter.staging import companion_files
 from verifiers.compare import Tolerances, compare_outputs, match_outputs
-from verifiers.onnx_model import default_opset, load_structure
+from verifiers.onnx_model import default_opset, load_structure, malformed_onnx_is_bad_input
 from verifiers.onnx_model import describe as describe_onnx
 from verifiers.report import Report
-from verifiers.runtimes import InvalidArtifact, Runner, runner_for
+from verifiers.runtimes import InvalidArtifact, Runner, open_runner, runner_for
+from verifiers.runtimes import isolation
 
 
 def _onnx_activation_sites(path: Path):
     from verifiers.gelu.inventory import onnx_inventory
 
-    return onnx_inventory(load_structure(path))
+    return malformed_onnx_is_bad_input(path, lambda: onnx_inventory(load_structure(path)))
 
 
 def _describe_onnx(path: str | Path) -> dict[str, Any]:
     from verifiers.gelu.inventory import describe_sites
 
-    info = describe_onnx(path)
+    info = malformed_onnx_is_bad_input(Path(path), describe_onnx, path)
     info["gelu"] = describe_sites(_onnx_activation_sites(Path(path)))
     return info
 
@@ -57,8 +58,17 @@ SENSITIVITY_MAX_BYTES = 1 << 30
 
 def describe_artifact(path: Path, fmt: str) -> dict[str, Any]:
     """Format, opsets or runtime version, op counts, inputs and outputs, and the GELU sites with
-    their claimed and measured flavours (no torch or TensorFlow import)."""
-    return DESCRIBERS[fmt](path)
+    their claimed and measured flavours (no torch or TensorFlow import; the measuring runs in a
+    runtime worker)."""
+    return isolation.call(DESCRIBERS[fmt], Path(path), runtime=runner_for(fmt).runtime,
+                          step="measuring the artifact's GELU sites")
+
+
+def artifact_inventory(path: Path, fmt: str, runner: Runner | None = None) -> list:
+    """The artifact's GELU and ReLU sites, measured on the probes in a runtime worker (the
+    runner's, when there is one)."""
+    return isolation.call(ARTIFACT_INVENTORIES[fmt], Path(path), runtime=runner_for(fmt).runtime,
+                          step="measuring the artifact's GELU sites", runner=runner)
 
 
 def _onnx_facts(report: Report, path: Path) -> None:
@@ -91,7 +101,7 @@ def verify_artifact(report, path, fmt, source, feeds, reference, tolerances, pro
                     captured: list | str | None = None) -> None:
     with report.timed("load_artifact"):
         progress(f"loading the artifact in {runner_for(fmt).runtime}")
-        runner = runner_for(fmt)(path)
+        runner = open_runner(fmt, path)
     comparison = compare(report, runner, feeds, reference, tolerances, progress)
     judge_gelu(report, source, path, fmt, feeds[0], comparison, tolerances, progress, declared, gelu_guard,
                captured)
@@ -99,7 +109,7 @@ def verify_artifact(report, path, fmt, source, feeds, reference, tolerances, pro
 
 def compare_artifact(report, path, fmt, feeds, reference, tolerances, progress) -> None:
     """Only the output comparison (no GELU verdict), e.g. for an export before a declared rewrite."""
-    compare(report, runner_for(fmt)(path), feeds, reference, tolerances, progress)
+    compare(report, open_runner(fmt, path), feeds, reference, tolerances, progress)
 
 
 def compare(report: Report, runner: Runner, feeds, reference, tolerances: Tolerances, progress) -> Comparison:
@@ -121,7 +131,7 @@ def compare(report: Report, runner: Runner, feeds, reference, tolerances: Tolera
                 raise InvalidArtifact(f"the artifact failed to run: {one_line(exc)}") from exc
             for variant in runner.variants:
                 runs[variant].append(outputs[variant])
-    comparison = Comparison(ref_names, art_names, pairs, [r[2] for r in reference], artifact_feeds)
+    comparison = Comparison(ref_names, art_names, pairs, [r[2] for r in reference], artifact_feeds, runner)
     with report.timed("compare"):
         for k, variant in enumerate(runner.variants):
             results, findings = comparison.against(runs[variant], tolerances)
@@ -147,6 +157,7 @@ class Comparison:
     pairs: list[tuple[int, int]]
     reference_outputs: list[list[np.ndarray]]
     artifact_feeds: list[dict[str, np.ndarray]]
+    runner: Runner | None = None  # what ran the artifact: its worker also runs the GELU probes
 
     def against(self, artifact_outputs, tolerances: Tolerances):
         return compare_outputs(self.reference_names, self.artifact_names, self.pairs,
@@ -191,7 +202,7 @@ def judge_gelu(report: Report, source: Source, path: Path, fmt: str, feed, compa
                                       "pass --no-gelu-guard to ship without the guard")
             return
         source_sites = [SiteFlavour(s, s.claimed, scale=s.scale) for s in captured]
-        artifact_sites = ARTIFACT_INVENTORIES[fmt](path)
+        artifact_sites = artifact_inventory(path, fmt, comparison.runner)
         verdicts = judge(source_sites, artifact_sites, declared)
     report.gelu_guard = "checked"
     report.gelu = [v.to_dict() for v in verdicts]
@@ -235,7 +246,9 @@ def _gelu_sensitivity(report, path, artifact_sites, comparison: Comparison, tole
         return
     if variant is None:
         return
-    results, _ = comparison.against(run_variant(variant, comparison.artifact_feeds), tolerances)
+    runs = isolation.call(run_variant, variant, comparison.artifact_feeds, runtime="onnxruntime",
+                          step="running the GELU-swapped variant", runner=comparison.runner)
+    results, _ = comparison.against(runs, tolerances)
     for result in results:
         report.gelu_swap_effect[result.name] = result.max_abs_err
         if result.passed:

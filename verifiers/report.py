@@ -26,6 +26,7 @@ EXIT_CODES: dict[str, int] = {
     "internal": 2,  # an error exportgate did not foresee: its one line is in the finding
     "opset": 4,
     "target": 4,
+    "runtime": 4,  # the runtime crashed, hung or ran out of memory on the artifact (verifiers.runtimes.isolation)
     "gelu": 3,
     "numeric": 1,
     # The GELU guard could not read the source graph: no GELU is known changed, so outputs that

@@ -33,6 +33,7 @@ import onnx
 from exporter.targets import OpGap, Target
 from verifiers.formats import detect_format
 from verifiers.onnx_model import (
+    malformed_onnx_is_bad_input,
     DEFAULT_DOMAINS,
     default_opset,
     elem_types,
@@ -86,7 +87,7 @@ def check_artifact(path: str | Path, target: Target) -> list[Incompatibility]:
             f"artifacts (matrix format: {target.format})"
         ), {"artifact_format": fmt, "target_format": target.format, "fact": "format"})]
     if fmt == "onnx":
-        return _check_onnx(path, target)
+        return malformed_onnx_is_bad_input(path, _check_onnx, path, target)
     return _check_tflite(path, target)
 
 

@@ -27,13 +27,22 @@ from .catalogue import EXACT, QUICK_ALPHA, TANH, Site
 MS_DOMAIN = "com.microsoft"
 
 
+def _tensor_value(tensor: onnx.TensorProto) -> np.ndarray | None:
+    """A tensor's value, or None for one numpy cannot hold (a data type this onnx does not know,
+    data that does not match its dims: hostile files pass onnx.checker with both)."""
+    try:
+        return numpy_helper.to_array(tensor)
+    except (KeyError, ValueError, TypeError):
+        return None
+
+
 def _constant_scalar(node: onnx.NodeProto) -> np.ndarray | None:
     """The value of a one-element Constant node, else None."""
     if len(node.attribute) != 1:
         return None
     attr = node.attribute[0]
     if attr.name == "value" and math.prod(attr.t.dims) == 1:
-        return numpy_helper.to_array(attr.t)
+        return _tensor_value(attr.t)
     if attr.name == "value_float":
         return np.asarray(attr.f, dtype=np.float32)
     if attr.name == "value_int":
@@ -68,11 +77,12 @@ def scalar_constants(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
 
     Only scalars are read, so large weights are never converted.
     """
-    out = {
-        init.name: numpy_helper.to_array(init)
+    values = {
+        init.name: _tensor_value(init)
         for g in iter_graphs(graph) for init in g.initializer
         if math.prod(init.dims) == 1 and init.data_location != onnx.TensorProto.EXTERNAL
     }
+    out = {name: value for name, value in values.items() if value is not None and value.size == 1}
     for node in iter_nodes(graph):
         value = _fold(node, out)
         if value is not None and value.size == 1:

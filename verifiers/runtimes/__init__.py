@@ -62,4 +62,12 @@ def runner_for(fmt: str) -> type[Runner]:
         raise ExportgateError(f"no runtime here runs {fmt} artifacts", kind="target") from None
 
 
+def open_runner(fmt: str, path: Path) -> Runner:
+    """The runner for `fmt` loading `path` in a worker process (verifiers.runtimes.isolation), so
+    a runtime that crashes or hangs on the artifact gives a verdict, not a dead exportgate."""
+    from verifiers.runtimes.isolation import IsolatedRunner
+
+    return IsolatedRunner(runner_for(fmt), path)
+
+
 from verifiers.runtimes import litert_runner, onnxruntime_runner  # noqa: F401  (registration)

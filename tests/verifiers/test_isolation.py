@@ -1,0 +1,77 @@
+"""Runtimes run artifacts in a worker process: a crash, a hang or running out of memory is a
+finding that names the runtime, the signal and the step, within the time limit."""
+
+import time
+
+import numpy as np
+import pytest
+
+from exporter.errors import BadInput
+from fixtures import runners
+from verifiers.runtimes import isolation
+from verifiers.runtimes.isolation import IsolatedRunner, RuntimeCrashed
+
+
+def test_a_runner_in_a_worker_runs_like_itself(tmp_path):
+    runner = IsolatedRunner(runners.EchoRunner, tmp_path / "m.onnx")
+    assert [i.name for i in runner.inputs] == ["x"] and runner.variants == ("default",)
+    np.testing.assert_array_equal(runner.run({"x": np.arange(3.0)})[0], [0.0, 2.0, 4.0])
+    runner.close()
+
+
+@pytest.mark.parametrize(("runner_class", "step"), [(runners.AbortingRunner, "running the artifact"),
+                                                     (runners.AbortingLoader, "loading m.onnx")])
+def test_an_abort_is_a_finding_naming_runtime_signal_and_step(tmp_path, runner_class, step):
+    with pytest.raises(RuntimeCrashed) as caught:
+        runner = IsolatedRunner(runner_class, tmp_path / "m.onnx")
+        runner.run({"x": np.zeros(1, np.float32)})
+    assert str(caught.value) == f"aborting-runtime crashed (SIGABRT) while {step}"
+    assert caught.value.kind == "runtime"
+
+
+def test_a_segfault_in_a_call_is_a_finding():
+    with pytest.raises(RuntimeCrashed, match=r"^probe-runtime crashed \(SIGSEGV\) while probing$"):
+        isolation.call(runners.segfault, runtime="probe-runtime", step="probing")
+
+
+def test_a_hang_ends_at_the_time_limit(tmp_path):
+    runner = None
+    start = time.monotonic()
+    with isolation.limits(timeout=2), pytest.raises(RuntimeCrashed) as caught:
+        runner = IsolatedRunner(runners.HangingRunner, tmp_path / "m.onnx")
+        runner.run({"x": np.zeros(1, np.float32)})
+    assert time.monotonic() - start < 30
+    assert str(caught.value) == "hanging-runtime did not finish running the artifact within 2 s (--timeout)"
+    assert runner is not None and not runner._worker.alive()
+
+
+def test_memory_past_the_limit_is_a_finding():
+    with isolation.limits(memory=1 << 30), pytest.raises(RuntimeCrashed, match="out of memory"):
+        isolation.call(runners.allocate, 2 << 30, runtime="probe-runtime", step="probing")
+    assert isolation.call(runners.allocate, 1 << 20, runtime="probe-runtime", step="probing") == 1 << 20
+
+
+def test_the_steps_own_errors_come_back_as_they_were(tmp_path):
+    from verifiers.runtimes import open_runner
+
+    with pytest.raises(BadInput, match="no such file"):
+        open_runner("onnx", tmp_path / "missing.onnx")
+
+
+def test_a_script_without_a_main_guard_runs_once(tmp_path):
+    # The worker is not multiprocessing's spawn, which would run the script again inside it.
+    import subprocess
+    import sys
+
+    from fixtures.specs import torch_model
+    from tests.conftest import REPO
+
+    script = tmp_path / "script.py"
+    script.write_text("import pathlib\nfrom exporter import api\n"
+                      f"with open({str(tmp_path / 'runs')!r}, 'a') as f: f.write('run\\n')\n"
+                      f"r = api.export({torch_model('mlp_exact')!r}, to='onnx', opset=17, out={str(tmp_path / 'm.onnx')!r})\n"
+                      "print(r.exit_code)\n")
+    result = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                            env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    assert result.stdout.strip() == "0", result.stderr
+    assert (tmp_path / "runs").read_text() == "run\n"

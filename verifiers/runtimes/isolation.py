@@ -1,0 +1,233 @@
+"""Native runtimes run untrusted artifacts in a worker process, so a crash is a verdict.
+
+onnxruntime and LiteRT are native code fed files nobody checked: a segfault, an abort or a hang
+in them must end the step with a finding that names the runtime, the signal and the step, never a
+dead or stuck exportgate. Every load and run of an artifact (the comparison's runner, the GELU
+probes, the sensitivity run, inspect's measurements) goes through here:
+
+  call(fn, *args, runtime=..., step=...)   fn(*args) in a fresh worker, its result returned
+  IsolatedRunner(runner_class, path)        a Runner whose loads and runs happen in one worker
+
+The worker is a fresh interpreter (no fork of a process holding torch or TensorFlow threads), with
+an address-space limit (RLIMIT_AS) and a time limit per step; both come from `LIMITS`, which
+the API sets from --timeout and --memory-limit. A crash or a timeout raises RuntimeCrashed
+(finding kind "runtime", exit 4: the artifact does not run on this runtime). Errors the step
+raises itself come back as they were.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import os
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from exporter.errors import ExportgateError
+from verifiers.runtimes import Runner, TensorInfo
+
+
+def physical_memory() -> int:
+    """Bytes of RAM on this machine (0 where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+@dataclass(frozen=True)
+class Limits:
+    timeout: float = 900.0  # seconds per step (a load, one batch through every variant, a probe set)
+    memory: int = 0  # bytes of address space for the worker; 0 is the machine's RAM
+
+    def memory_bytes(self) -> int:
+        return self.memory or physical_memory()
+
+
+LIMITS: contextvars.ContextVar[Limits] = contextvars.ContextVar("exportgate_runtime_limits", default=Limits())
+
+
+@contextlib.contextmanager
+def limits(timeout: float | None = None, memory: int | None = None):
+    """Set the worker limits for the steps run inside (None keeps the default)."""
+    default = Limits()
+    token = LIMITS.set(Limits(timeout if timeout is not None else default.timeout,
+                              memory if memory is not None else default.memory))
+    try:
+        yield
+    finally:
+        LIMITS.reset(token)
+
+
+class RuntimeCrashed(ExportgateError):
+    """The runtime died (a signal), ran out of memory or time on the artifact: exit 4."""
+
+    kind = "runtime"
+
+
+class _Worker:
+    """One worker interpreter serving requests over a socket until closed. It is started as
+    `python -c` (not multiprocessing's spawn, which re-runs the parent's __main__: a user's script
+    without a main guard would run again in the worker)."""
+
+    def __init__(self, runtime: str):
+        import socket
+        import subprocess
+        import sys
+        from multiprocessing.connection import Connection
+
+        self.runtime = runtime
+        parent, child = socket.socketpair()
+        code = f"from verifiers.runtimes.isolation import serve; serve({child.fileno()}, {LIMITS.get().memory_bytes()})"
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        self.process = subprocess.Popen([sys.executable, "-c", code], pass_fds=[child.fileno()], env=env,
+                                        stdin=subprocess.DEVNULL)
+        child.close()
+        self.conn = Connection(parent.detach())
+
+    def request(self, step: str, *message) -> Any:
+        timeout = LIMITS.get().timeout
+        try:
+            self.conn.send(message)
+            ready = self.conn.poll(timeout)
+            reply = self.conn.recv() if ready else None
+        except (EOFError, OSError):
+            ready, reply = True, None
+        if reply is None:
+            raise self._died(step, timed_out=not ready, timeout=timeout)
+        status, value = reply
+        if status == "error":
+            raise value
+        return value
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def _died(self, step: str, timed_out: bool, timeout: float) -> RuntimeCrashed:
+        if timed_out:
+            self.close()
+            return RuntimeCrashed(f"{self.runtime} did not finish {step} within {timeout:g} s (--timeout)")
+        try:
+            code = self.process.wait(5)
+        except Exception:
+            code = None
+        self.close()
+        if code is not None and code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            return RuntimeCrashed(f"{self.runtime} crashed ({name}) while {step}")
+        return RuntimeCrashed(f"{self.runtime} exited (code {code}) while {step}, out of memory or killed "
+                              f"(--memory-limit {LIMITS.get().memory_bytes() / 2**30:.3g} GiB)")
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.conn.send(("close",))
+        try:
+            self.process.wait(1)
+        except Exception:
+            self.process.kill()
+            with contextlib.suppress(Exception):
+                self.process.wait(5)
+        with contextlib.suppress(OSError):
+            self.conn.close()
+
+
+def serve(fd: int, memory: int) -> None:
+    """The worker: apply the memory limit, then answer requests until told to close."""
+    import resource
+    from multiprocessing.connection import Connection
+
+    conn = Connection(fd)
+    if memory:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    runner = None
+    while True:
+        try:
+            message = conn.recv()
+        except EOFError:
+            return
+        op = message[0]
+        if op == "close":
+            return
+        try:
+            if op == "call":
+                _, fn, args = message
+                value = fn(*args)
+            elif op == "open":
+                _, runner_class, path = message
+                runner = runner_class(path)
+                value = (runner.inputs, runner.outputs, runner.variants)
+            else:  # "run_all"
+                value = runner.run_all(message[1])
+            reply = ("ok", value)
+        except MemoryError:
+            reply = ("error", RuntimeCrashed(f"ran out of memory (--memory-limit {memory / 2**30:.3g} GiB)"))
+        except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent, as it was
+            reply = ("error", _portable(exc))
+        try:
+            conn.send(reply)
+        except Exception as exc:  # a result or an error that does not pickle
+            conn.send(("error", RuntimeError(f"{type(exc).__name__}: {exc}")))
+
+
+def _portable(exc: BaseException) -> BaseException:
+    """The exception itself when it survives pickling, else its type and message."""
+    import pickle
+
+    try:
+        pickle.loads(pickle.dumps(exc))
+        return exc
+    except Exception:
+        if isinstance(exc, ExportgateError):
+            return ExportgateError(str(exc), kind=exc.kind)
+        return RuntimeError(f"{type(exc).__name__}: {exc}")
+
+
+def call(fn: Callable, *args, runtime: str, step: str, runner: Runner | None = None) -> Any:
+    """fn(*args) in a worker: `runner`'s when it is an IsolatedRunner of that runtime, else a fresh
+    one (fn and its arguments must pickle: a module-level function)."""
+    if isinstance(runner, IsolatedRunner) and runner.runtime == runtime:
+        return runner.call(fn, *args, step=step)
+    worker = _Worker(runtime)
+    try:
+        return worker.request(step, "call", fn, args)
+    finally:
+        if worker.alive():
+            worker.close()
+
+
+class IsolatedRunner(Runner):
+    """`runner_class(path)` living in a worker: the same inputs, outputs, variants and runs."""
+
+    def __init__(self, runner_class: type[Runner], path: Path):
+        self.format, self.runtime, self.path = runner_class.format, runner_class.runtime, Path(path)
+        self._worker = _Worker(runner_class.runtime)
+        inputs, outputs, variants = self._worker.request(f"loading {self.path.name}", "open", runner_class, self.path)
+        self.inputs: list[TensorInfo] = inputs
+        self.outputs: list[TensorInfo] = outputs
+        self.variants = variants
+
+    def run(self, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
+        return self.run_all(feed)[self.variants[0]]
+
+    def call(self, fn: Callable, *args, step: str) -> Any:
+        """fn(*args) in this runner's worker (saves starting another for the GELU probes)."""
+        return self._worker.request(step, "call", fn, args)
+
+    def run_all(self, feed: dict[str, np.ndarray]) -> dict[str, list[np.ndarray]]:
+        return self._worker.request("running the artifact", "run_all", feed)
+
+    def close(self) -> None:
+        self._worker.close()
+
+    def __del__(self):
+        worker = getattr(self, "_worker", None)
+        if worker is not None and worker.alive():
+            worker.close()
