@@ -144,12 +144,26 @@ def load_source(
     return framework.make_source(spec, model, example, input_specs, list(default_inputs or []))
 
 
+def _module_name(path: Path) -> str:
+    """The name a user's file is imported under: its stem, so class paths in artifacts (TFLite
+    tensor names) read as the user wrote them, unless that would shadow or be shadowed by another
+    module; then a name unique to the file."""
+    stem, resolved = path.stem, path.resolve()
+    existing = sys.modules.get(stem)
+    if stem.isidentifier():
+        if existing is None and importlib.util.find_spec(stem) is None:
+            return stem
+        if existing is not None and Path(getattr(existing, "__file__", "") or "").resolve() == resolved:
+            return stem
+    return f"_exportgate_user_{abs(hash(resolved))}"
+
+
 def _call_builder(path: Path, attr: str) -> tuple[Any, Any]:
     if not path.is_file():
         raise BadInput(f"{path}: no such file")
     if not attr.isidentifier():
         raise BadInput(f"{path}:{attr}: {attr!r} is not a callable name")
-    module_name = f"_exportgate_user_{abs(hash(path.resolve()))}"
+    module_name = _module_name(path)
     module_spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(module_spec)
     sys.modules[module_name] = module

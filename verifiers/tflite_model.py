@@ -27,6 +27,25 @@ SCHEMA_VERSION = 3
 MIN_RUNTIME_VERSION_KEY = "min_runtime_version"
 
 
+
+# PyTorch -> TFLite wraps the user's model in a module of this name (attribute `inner`) to name
+# the signature's inputs and outputs; litert-torch writes module paths into tensor names.
+WRAPPER_SCOPE = "exportgate.ByName"
+WRAPPED_ATTRIBUTE = "inner"
+
+
+def user_scope(name: str) -> str:
+    """A tensor name with exportgate's wrapper taken out of its module path (each ";"-part):
+    `exportgate.ByName/pkg.Model_inner/pkg.Block_0` reads `pkg.Model/pkg.Block_0`."""
+    parts = []
+    for part in name.split(";"):
+        if part == WRAPPER_SCOPE or part.startswith(WRAPPER_SCOPE + "/"):
+            head, _, rest = part[len(WRAPPER_SCOPE) + 1:].partition("/")
+            part = head.removesuffix(f"_{WRAPPED_ATTRIBUTE}") + (f"/{rest}" if rest else "")
+        parts.append(part)
+    return ";".join(parts)
+
+
 def schema():
     """ai_edge_litert's flatc-generated schema module (tflite namespace)."""
     from ai_edge_litert import schema_py_generated

@@ -5,8 +5,8 @@ tf2onnx 1.17 quirks handled here:
 - TF writes exact GELU as 0.5*x*erfc(-x/sqrt 2); tf2onnx has no Erfc converter, logs it, writes an
   invalid model and reports success. A handler lowering Erfc to 1 - Erf is registered, and any op
   left unconverted fails the export.
-- tf2onnx stops at opset 18: higher requests are converted up with onnx.version_converter and
-  checked; a lower opset than asked is never handed back.
+- tf2onnx stops at opset 18 (and converts at 17 here, below): higher requests are converted up
+  with onnx.version_converter and checked; a lower opset than asked is never handed back.
 - from_function turns a captured tensor that is not a variable (keras-hub's position ids) into a
   second graph input, so the artifact cannot be fed like the source; and it leaves calls Keras
   jit-compiles (keras.applications ConvNeXt's grouped convolutions: StatefulPartitionedCall with
@@ -18,7 +18,8 @@ tf2onnx 1.17 quirks handled here:
   variables as inputs (Keras' stateless_call) and each becomes an initializer in one external
   data file beside the model.
 - At opset 18 tf2onnx's transpose optimizer can misplace ReduceMean's axes input (ConvNeXt's last
-  LayerNorm): a model onnx.checker rejects at 18 is converted at 17 and raised with
+  LayerNorm: a wrong artifact, which onnx.checker catches only when tf2onnx declared the output
+  shape). Every conversion runs at 17 at most; 18 and above are raised with
   onnx.version_converter, and the note says so.
 """
 
@@ -36,6 +37,10 @@ from exporter.routes.quiet import quiet_exporter
 from exporter.sources import Source
 
 TF2ONNX_MAX_OPSET = 18
+# The opset tf2onnx converts at, at most: at 18 its transpose optimizer misplaces ReduceMean's
+# axes input (keras.applications ConvNeXt's last LayerNorm computes on the wrong axis; whether
+# onnx.checker notices depends on the shapes it declares). Higher opsets are raised from here.
+TF2ONNX_CONVERT_OPSET = 17
 TF2ONNX_MIN_OPSET = 7
 LARGE_MODEL_BYTES = 2**31 - 2**28  # weights past this leave the trace (protobuf stops at 2 GiB)
 _erfc_lowering_registered = False
@@ -164,15 +169,6 @@ def save_with_external_weights(proto, variables, dest: Path) -> str:
     return data_name
 
 
-def _checker_error(onnx, proto) -> str | None:
-    """Why onnx.checker (with shape inference) rejects an in-memory model, or None."""
-    try:
-        onnx.checker.check_model(proto, full_check=True)
-    except Exception as exc:
-        return one_line(exc)
-    return None
-
-
 def _rename(proto, renames: dict[str, str]) -> None:
     """Rename graph inputs and outputs (old name -> new) wherever the tensors are used."""
     renames = {old: new for old, new in renames.items() if old != new}
@@ -202,7 +198,7 @@ class KerasToOnnx(Route):
         opset = request.opset
         if opset is not None and opset < TF2ONNX_MIN_OPSET:
             raise Incompatible(f"asked for opset {opset}: {label} starts at opset {TF2ONNX_MIN_OPSET}", kind="opset")
-        convert_opset = min(opset, TF2ONNX_MAX_OPSET) if opset is not None else None
+        convert_opset = min(opset, TF2ONNX_CONVERT_OPSET) if opset is not None else None
 
         dynamic = {(a.input, a.axis) for a in request.dynamic}
         signature = keras_fw.tensor_signature(source, dynamic)
@@ -224,18 +220,6 @@ class KerasToOnnx(Route):
         if variables:
             notes.append(f"the weights exceed protobuf's 2 GiB: traced as inputs for {label}, then written "
                          "as initializers in external data")
-        if convert_opset == TF2ONNX_MAX_OPSET and not variables:
-            rejected = _checker_error(onnx, proto)
-            if rejected:
-                # tf2onnx 1.17's transpose optimizer misplaces ReduceMean-18's axes input in
-                # keras.applications ConvNeXt's final LayerNorm; at 17 axes are attributes.
-                fallback = TF2ONNX_MAX_OPSET - 1
-                progress(f"{label} at opset {convert_opset} wrote a model onnx.checker rejects; converting at "
-                         f"{fallback} and raising it with onnx.version_converter")
-                proto, _ = self._tf2onnx(tf, tf2onnx, serve, signature, fallback, label)
-                notes.append(f"{label} at opset {convert_opset} wrote a model onnx.checker rejects ({rejected}); "
-                             f"converted at {fallback} instead")
-                convert_opset = fallback
         if opset is not None and opset > convert_opset:
             progress(f"converting opset {convert_opset} -> {opset} with onnx.version_converter")
             try:
@@ -244,7 +228,9 @@ class KerasToOnnx(Route):
                 raise Incompatible(
                     f"asked for opset {opset}: {label} wrote {convert_opset} and "
                     f"onnx.version_converter failed: {one_line(exc)}", kind="opset") from exc
-            notes.append(f"{label} wrote opset {convert_opset}; onnx.version_converter raised it to {opset}")
+            why = (" (its opset-18 transpose optimizer misplaces ReduceMean axes)" if opset <= TF2ONNX_MAX_OPSET
+                   else f" (it stops at {TF2ONNX_MAX_OPSET})")
+            notes.append(f"{label} wrote opset {convert_opset}{why}; onnx.version_converter raised it to {opset}")
         if variables:
             save_with_external_weights(proto, variables, Path(dest))
         else:

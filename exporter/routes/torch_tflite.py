@@ -37,6 +37,7 @@ from exporter.routes.keras_tflite import (
 )
 from exporter.routes.quiet import quiet_exporter
 from exporter.sources import Source, make_batches
+from verifiers.tflite_model import WRAPPER_SCOPE
 
 LAYOUT_NOTE = "litert-torch keeps PyTorch's layout: NCHW inputs and outputs stay NCHW (not converted to NHWC)"
 WIDE_DTYPES = ("int64", "float64")
@@ -77,7 +78,7 @@ def _by_name(torch, module, input_names: list[str], output_names: list[str], by_
     class ByName(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.inner = module
+            self.inner = module  # WRAPPED_ATTRIBUTE
 
         def forward(self, **inputs):
             if by_keyword:
@@ -89,6 +90,8 @@ def _by_name(torch, module, input_names: list[str], output_names: list[str], by_
                 return tuple(leaves)
             return dict(zip(output_names, leaves))
 
+    # Tensor names carry module paths: the wrapper's is short, and readers drop it (user_scope).
+    ByName.__module__, _, ByName.__qualname__ = WRAPPER_SCOPE.rpartition(".")
     wrapper = ByName()
     wrapper.training = False  # the wrapper only: an ExportedProgram's module() refuses train()/eval()
     return wrapper

@@ -26,7 +26,7 @@ def test_export_and_verify(tmp_path, kind, spelling, opset):
         assert "Erf" in ops
     else:
         assert "Tanh" in ops
-    if opset > 18:
+    if opset >= 18:  # converted at 17 (tf2onnx's opset-18 conversion misplaces ReduceMean axes)
         assert any("version_converter" in note for note in report.notes)
 
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from verifiers.tflite_model import TFLiteModel, as_model
+from verifiers.tflite_model import TFLiteModel, as_model, user_scope
 
 from . import chains
 from .catalogue import RELU, SILU, Site
@@ -55,6 +55,7 @@ ERF_UNIT_TOLERANCE = 1e-5  # litert-torch's rational erf is within ~1e-6 of erf 
 def _labels(names: list[str]) -> list[str]:
     """Unique labels: a name's first ";"-part (the TF converter joins the names of fused ops with
     ";"), else the whole name, else "#{index}"."""
+    names = [user_scope(name) for name in names]
     short = [name.split(";", 1)[0] for name in names]
     short_counts, full_counts = Counter(short), Counter(names)
     return [s if s and short_counts[s] == 1 else name if name and full_counts[name] == 1 else f"#{i}"

@@ -238,3 +238,14 @@ def test_f_gelu_default_is_exact(litert_torch_file, tmp_path):
     path = tmp_path / "f_gelu.tflite"
     litert_torch.convert(model, (torch.randn(2, 8),)).export(str(path))
     assert _measured(path) == [("GELU", EXACT, EXACT, True)]
+
+
+def test_litert_torch_site_ids_show_the_users_module_path(tmp_path):
+    from exporter import api
+    from fixtures.specs import torch_model
+
+    out = tmp_path / "m.tflite"
+    assert api.export(torch_model("block_exact"), to="tflite", out=out).exit_code == 0
+    [site] = [s["site"] for s in api.inspect(out)["gelu"]]
+    assert "ByName" not in site and "exporter." not in site
+    assert site.split(":", 1)[1].startswith("torch_models.TransformerBlock/torch.nn.modules.activation.GELU_act")
