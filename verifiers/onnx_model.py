@@ -58,6 +58,8 @@ def check_external_data(model: onnx.ModelProto, path: Path) -> None:
         entries = {e.key: e.value for e in tensor.external_data}
         location = entries.get("location", "")
         where = f"{path}: external data of {tensor.name!r} at {location!r}"
+        if not all(isinstance(value, str) for value in entries.values()):  # protobuf hands back bytes
+            raise BadInput(f"{where}: its location, offset or length is not valid UTF-8 text")
         if location not in sizes:
             sizes[location] = _data_file_size(location, folder, where)
         try:

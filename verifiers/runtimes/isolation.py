@@ -27,8 +27,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from exporter.errors import ExportgateError
-from verifiers.runtimes import Runner, TensorInfo
+from exporter.errors import ExportgateError, one_line
+from verifiers.runtimes import InvalidArtifact, Runner, TensorInfo
 
 
 def physical_memory() -> int:
@@ -162,7 +162,12 @@ def serve(fd: int, memory: int) -> None:
                 value = fn(*args)
             elif op == "open":
                 _, runner_class, path = message
-                runner = runner_class(path)
+                try:
+                    runner = runner_class(path)
+                except (ExportgateError, MemoryError):
+                    raise
+                except Exception as exc:  # the runtime's own loader refused the file
+                    raise InvalidArtifact(f"{path}: {runner_class.runtime} cannot load it: {one_line(exc)}") from exc
                 value = (runner.inputs, runner.outputs, runner.variants)
             else:  # "run_all"
                 value = runner.run_all(message[1])
