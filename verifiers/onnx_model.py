@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import math
+import os
+import stat
 from collections import Counter
-from pathlib import Path
+from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
+import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
 
@@ -78,10 +82,6 @@ def check_external_data(model: onnx.ModelProto, path: Path) -> None:
 
 
 def _data_file_size(location: str, folder: Path, where: str) -> int:
-    import os
-    import stat
-    from pathlib import PurePosixPath, PureWindowsPath
-
     parts = PurePosixPath(location.replace("\\", "/")).parts
     if not location or PurePosixPath(location).is_absolute() or PureWindowsPath(location).is_absolute() \
             or PureWindowsPath(location).drive or ".." in parts:
@@ -105,10 +105,6 @@ _SUB_BYTE_BITS = {"INT4": 4, "UINT4": 4, "FLOAT4E2M1": 4, "INT2": 2, "UINT2": 2,
 def _tensor_bytes(tensor: onnx.TensorProto) -> int | None:
     """Bytes a tensor's dims and fixed-size type take (packed, for sub-byte types), or None for
     strings and types this onnx does not know."""
-    import math
-
-    import numpy as np
-
     type_name = onnx.TensorProto.DataType.Name(tensor.data_type) if tensor.data_type in \
         onnx.TensorProto.DataType.values() else None
     count = math.prod(tensor.dims)

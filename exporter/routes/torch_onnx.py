@@ -24,7 +24,8 @@ from exporter.routes import ExportRequest, ExportResult, Route, register
 from exporter.routes import torchscript_symbolics
 from exporter.routes.quiet import quiet_exporter
 from exporter.sources import Source
-from verifiers.onnx_model import default_opset, external_data_files, iter_graphs, load_structure
+from exporter.staging import remove_artifact
+from verifiers.onnx_model import default_opset, iter_graphs, load_structure
 
 DYNAMO_BASE_OPSET = 18  # below this the dynamo exporter converts down, and may silently not
 TORCHSCRIPT_MAX_OPSET = 20
@@ -79,17 +80,11 @@ def split_sizes_for_opset(model) -> int:
         sizes = [chunk] * (count - 1) + [size - chunk * (count - 1)]
         if opset >= 13:
             name = f"{node.output[0]}__split_sizes"
-            model.graph.initializer.append(onnx.numpy_helper.from_array(_int64(sizes), name))
+            model.graph.initializer.append(onnx.helper.make_tensor(name, onnx.TensorProto.INT64, [count], sizes))
             node.input[1:] = [name]
         else:
             node.attribute.append(onnx.helper.make_attribute("split", sizes))
     return len(nodes)
-
-
-def _int64(values):
-    import numpy as np
-
-    return np.asarray(values, dtype=np.int64)
 
 
 def _export_torchscript(source, request, dest, args, kwargs, dynamic_axes):
@@ -174,7 +169,7 @@ class TorchToOnnx(Route):
         for name in exporter_order(request.opset, request.exporter):
             label = f"torch.onnx ({name})"
             progress(f"exporting with {label} at opset {request.opset or 'default'}")
-            _remove_artifact(dest)
+            remove_artifact(dest, "onnx")  # a previous attempt, with the data files it names
             try:
                 with quiet_exporter(), _modes_kept(source.model):
                     EXPORTERS[name](source, request, dest, args, kwargs, dynamic_axes)
@@ -190,7 +185,7 @@ class TorchToOnnx(Route):
                 return ExportResult(exporter=label, notes=notes)
             mismatch = True
             attempts.append(f"{label} produced opset {produced}")
-        _remove_artifact(dest)
+        remove_artifact(dest, "onnx")
         asked = f"asked for opset {request.opset}" if request.opset else "export failed"
         raise Incompatible(f"{asked}: " + "; ".join(attempts), kind="opset" if mismatch else "target")
 
@@ -212,16 +207,3 @@ def _root_cause(exc: BaseException) -> str:
     while exc.__cause__ is not None:
         exc = exc.__cause__
     return one_line(exc)
-
-
-def _remove_artifact(dest: Path) -> None:
-    """Clear a previous attempt: the model file and the external data files it names."""
-    if not dest.exists():
-        return
-    try:
-        locations = external_data_files(load_structure(dest))
-    except ExportgateError:  # half-written by a failed attempt: it names nothing readable
-        locations = []
-    for location in locations:
-        (dest.parent / location).unlink(missing_ok=True)
-    dest.unlink()
