@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Callable
 
-from exporter.errors import BadInput, ExportgateError, Incompatible, Terminated, one_line
+from verifiers.errors import BadInput, ExportgateError, Incompatible, Terminated, one_line
 from exporter.gelu_policy import apply_gelu_policy
 from exporter.gelu_policy import check_gelu_policy
 from exporter.routes import ExportRequest, check_request, route_for

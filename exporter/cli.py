@@ -17,7 +17,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from exporter.errors import ExportgateError, Terminated
+from verifiers.errors import ExportgateError, Terminated
 
 app = typer.Typer(
     name="exportgate",
@@ -293,7 +293,7 @@ def main() -> None:
     except Exception as exc:  # the last guard: one line, and the traceback only on request
         if os.environ.get("EXPORTGATE_DEBUG"):
             raise
-        from exporter.errors import one_line
+        from verifiers.errors import one_line
 
         typer.echo(f"exportgate: error: {one_line(exc)} (EXPORTGATE_DEBUG=1 shows the traceback)", err=True)
         sys.exit(2)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from exporter.errors import BadInput, Incompatible
+from verifiers.errors import BadInput, Incompatible
 from exporter.targets import Target
 
 POLICIES = ("preserve", "tanh", "native")

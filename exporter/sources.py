@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from exporter.errors import BadInput, MissingFramework, one_line
+from verifiers.errors import BadInput, MissingFramework, one_line
 from exporter.frameworks import (
     FRAMEWORKS,
     Framework,

@@ -11,7 +11,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from exporter.errors import ExportgateError
+from verifiers.errors import ExportgateError
 from verifiers.onnx_model import (
     external_data_files,
     load_structure,

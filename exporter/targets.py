@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from exporter.errors import BadInput, one_line
+from verifiers.errors import BadInput, one_line
 
 SCHEMA = 1
 FORMATS = ("onnx", "tflite")

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from exporter.errors import BadInput
+from verifiers.errors import BadInput
 from verifiers.report import Finding, OutputResult
 
 

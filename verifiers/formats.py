@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from exporter.errors import BadInput
+from verifiers.errors import BadInput
 
 SUFFIXES = {".onnx": "onnx", ".tflite": "tflite"}
 

@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
 
-from exporter.errors import BadInput, ExportgateError, one_line
+from verifiers.errors import BadInput, ExportgateError, one_line
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
 

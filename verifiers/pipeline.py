@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from exporter.errors import BadInput, ExportgateError, one_line
-from exporter.routes.quiet import quiet_exporter
+from verifiers.errors import BadInput, ExportgateError, one_line
+from verifiers.quiet import quiet_exporter
 from exporter.sources import InputSpec, Source
 from exporter.staging import companion_files
 from verifiers.compare import Tolerances, compare_outputs, match_outputs

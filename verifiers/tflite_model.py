@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from exporter.errors import BadInput, one_line
+from verifiers.errors import BadInput, one_line
 
 FILE_IDENTIFIER = b"TFL3"
 SCHEMA_VERSION = 3

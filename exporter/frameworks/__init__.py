@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from exporter.errors import BadInput, MissingFramework
+from verifiers.errors import BadInput, MissingFramework
 
 if TYPE_CHECKING:
     from exporter.sources import InputSpec, Source

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from exporter.errors import BadInput, one_line
+from verifiers.errors import BadInput, one_line
 from exporter.frameworks import Framework, register
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from exporter.errors import BadInput
+from verifiers.errors import BadInput
 from exporter.sources import DynamicAxis, Source
 
 Progress = Callable[[str], None]

@@ -29,11 +29,11 @@ from pathlib import Path
 
 import numpy as np
 
-from exporter.errors import Incompatible, one_line
+from verifiers.errors import Incompatible, one_line
 from exporter.frameworks import FRAMEWORKS
 from exporter.frameworks.keras_framework import prepare_keras_environment
 from exporter.routes import ExportRequest, ExportResult, Route, register
-from exporter.routes.quiet import quiet_exporter
+from verifiers.quiet import quiet_exporter
 from exporter.sources import Source
 
 TF2ONNX_MAX_OPSET = 18

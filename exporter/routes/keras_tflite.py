@@ -20,11 +20,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from exporter.errors import BadInput, Incompatible, one_line
+from verifiers.errors import BadInput, Incompatible, one_line
 from exporter.frameworks import FRAMEWORKS
 from exporter.frameworks.keras_framework import prepare_keras_environment
 from exporter.routes import ExportRequest, ExportResult, Route, register
-from exporter.routes.quiet import quiet_exporter
+from verifiers.quiet import quiet_exporter
 from exporter.sources import Source
 
 QUANTIZE_MODES = ("fp16", "dynamic-int8")

@@ -18,11 +18,11 @@ import functools
 import sys
 from pathlib import Path
 
-from exporter.errors import ExportgateError, Incompatible, one_line
+from verifiers.errors import ExportgateError, Incompatible, one_line
 from exporter.frameworks import FRAMEWORKS
 from exporter.routes import ExportRequest, ExportResult, Route, register
 from exporter.routes import torchscript_symbolics
-from exporter.routes.quiet import quiet_exporter
+from verifiers.quiet import quiet_exporter
 from exporter.sources import Source
 from exporter.staging import remove_artifact
 from verifiers.onnx_model import default_opset, iter_graphs, load_structure

@@ -26,7 +26,7 @@ import logging
 import os
 from pathlib import Path
 
-from exporter.errors import Incompatible, MissingFramework, one_line
+from verifiers.errors import Incompatible, MissingFramework, one_line
 from exporter.frameworks import FRAMEWORKS
 from exporter.routes import ExportRequest, ExportResult, Route, register
 from exporter.routes.keras_tflite import (
@@ -35,7 +35,7 @@ from exporter.routes.keras_tflite import (
     check_tflite_request,
     quantize_notes,
 )
-from exporter.routes.quiet import quiet_exporter
+from verifiers.quiet import quiet_exporter
 from exporter.sources import Source, make_batches
 from verifiers.tflite_model import WRAPPER_SCOPE
 

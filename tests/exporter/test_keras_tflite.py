@@ -4,7 +4,7 @@
 import numpy as np
 import pytest
 
-from exporter.errors import BadInput, Incompatible
+from verifiers.errors import BadInput, Incompatible
 from exporter.frameworks import FRAMEWORKS
 from exporter.routes import ROUTES, ExportRequest
 from exporter.sources import DynamicAxis, load_source, make_batches

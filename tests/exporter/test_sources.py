@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from exporter.errors import BadInput
+from verifiers.errors import BadInput
 from exporter.sources import (
     InputSpec,
     load_source,

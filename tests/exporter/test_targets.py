@@ -13,7 +13,7 @@ import pytest
 import yaml
 from onnx import TensorProto, helper
 
-from exporter.errors import BadInput
+from verifiers.errors import BadInput
 from exporter.targets import Target, get_target, load_targets
 
 # The facts the runtime tests below check; the matching ORT entry records exactly these.

@@ -4,7 +4,7 @@
 import numpy as np
 import pytest
 
-from exporter.errors import Incompatible
+from verifiers.errors import Incompatible
 from exporter.routes import ROUTES, ExportRequest
 from exporter.sources import DynamicAxis, load_source, make_batches
 from fixtures.specs import torch_model

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from exporter import api
-from exporter.errors import ExportgateError
+from verifiers.errors import ExportgateError
 from fixtures.specs import torch_model
 from verifiers.runtimes import isolation
 

@@ -6,7 +6,7 @@ import time
 import numpy as np
 import pytest
 
-from exporter.errors import BadInput
+from verifiers.errors import BadInput
 from fixtures import runners
 from verifiers.runtimes import isolation
 from verifiers.runtimes.isolation import IsolatedRunner, RuntimeCrashed

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.errors import BadInput
+from verifiers.errors import BadInput
 from fixtures import make_broken_tflite as mbt
 from verifiers import tflite_model
 from verifiers.tflite_model import (
@@ -126,7 +126,7 @@ def test_bit_flipped_subgraph_length_is_bad_input(files):
 
 _FUZZ = textwrap.dedent("""
     import random, sys
-    from exporter.errors import BadInput
+    from verifiers.errors import BadInput
     from verifiers.tflite_model import parse_tflite, describe
     from verifiers.gelu.tflite_fingerprint import tflite_inventory
     content = open(sys.argv[1], "rb").read()

@@ -151,7 +151,7 @@ def run_probe(content: bytes, x: np.ndarray, xnnpack: bool = False) -> np.ndarra
     """Run a one-input probe model on x with the plain builtin kernels (or the XNNPACK default)."""
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
-    from exporter.routes.quiet import native_output_captured
+    from verifiers.quiet import native_output_captured
 
     resolver = OpResolverType.AUTO if xnnpack else OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
     with native_output_captured():  # LiteRT announces its XNNPACK delegate on stderr

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from exporter.errors import ExportgateError
+from verifiers.errors import ExportgateError
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from exporter.errors import ExportgateError, one_line
+from verifiers.errors import ExportgateError, one_line
 from verifiers.runtimes import InvalidArtifact, Runner, TensorInfo
 
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from exporter.errors import ExportgateError, one_line
-from exporter.routes.quiet import native_output_captured
+from verifiers.errors import ExportgateError, one_line
+from verifiers.quiet import native_output_captured
 from verifiers.runtimes import InvalidArtifact, Runner, TensorInfo, register
 
 DEFAULT_SIGNATURE = "serving_default"
@@ -40,7 +40,7 @@ class LiteRtRunner(Runner):
         try:
             from ai_edge_litert.interpreter import Interpreter, OpResolverType
         except ImportError as exc:
-            from exporter.errors import MissingFramework
+            from verifiers.errors import MissingFramework
 
             raise MissingFramework("ai_edge_litert", "tflite") from exc
         resolvers = {

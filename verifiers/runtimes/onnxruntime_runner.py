@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from exporter.errors import Incompatible, one_line
+from verifiers.errors import Incompatible, one_line
 from verifiers.runtimes import InvalidArtifact, Runner, TensorInfo, register
 
 _ORT_TYPES = {
