@@ -16,8 +16,8 @@ from verifiers.errors import BadInput, ExportgateError, Incompatible, Terminated
 from exporter.gelu_policy import apply_gelu_policy
 from exporter.gelu_policy import check_gelu_policy
 from exporter.routes import ExportRequest, check_request, route_for
+from exporter.frameworks import load_source
 from exporter.sources import (
-    load_source,
     make_batches,
     parse_dynamic_axis,
     parse_input_spec,

@@ -1,26 +1,17 @@
-"""Turn a MODEL spec into a Source, and input specs into arrays.
+"""A loaded source model (Source), the input specs it runs on, and the seeded batches made from them.
 
-Nothing else in exportgate imports a user's file.
+exporter.frameworks loads a MODEL spec into a Source; this module knows nothing of frameworks.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from verifiers.errors import BadInput, MissingFramework, one_line
-from exporter.frameworks import (
-    FRAMEWORKS,
-    Framework,
-    framework_for_file,
-    framework_for_object,
-)
+from verifiers.errors import BadInput, one_line
 
 SUPPORTED_DTYPES = {
     "float32", "float16", "float64", "bfloat16", "int8", "int16", "int32", "int64", "uint8", "bool",
@@ -56,7 +47,7 @@ class Source:
     """A loaded source model with everything needed to run it and export it."""
 
     spec: str
-    framework: Framework
+    framework: Any  # the exporter.frameworks.Framework that loaded it and runs it
     model: Any
     inputs: list[InputSpec]
     example: dict[str, np.ndarray] | None = None
@@ -113,86 +104,6 @@ def parse_dynamic_axis(text: str) -> DynamicAxis:
     if not name or not axis.lstrip("-").isdigit():
         raise BadInput(f"--dynamic {text!r}: expected NAME:AXIS, e.g. input_ids:0")
     return DynamicAxis(name, int(axis))
-
-
-def load_source(
-    spec: str, input_specs: list[InputSpec] | None = None, default_inputs: list[InputSpec] | None = None,
-    trust_source: bool = False,
-) -> Source:
-    """Load `file.py:callable`, `model.keras` or `model.pt2`.
-
-    `default_inputs` (read off an artifact being verified) serve a model that comes with neither
-    example inputs nor --input specs. A model file whose loading can run code (a .pt2) loads
-    only with `trust_source`; a file.py runs by design.
-    """
-    from exporter.frameworks.keras_framework import prepare_keras_environment
-
-    prepare_keras_environment()  # before a user's file imports keras
-    input_specs = list(input_specs or [])
-    path_text, sep, attr = spec.rpartition(":")
-    if sep and path_text.endswith(".py"):
-        model, example = _call_builder(Path(path_text), attr)
-        framework = framework_for_object(model)
-    else:
-        path = Path(spec)
-        if not path.exists():
-            raise BadInput(f"{spec}: no such file")
-        framework = framework_for_file(path)
-        if framework.load_runs_code and not trust_source:
-            raise BadInput(f"{spec}: {framework.load_runs_code}; pass --trust-source to load a file you trust")
-        model, example = framework.load_file(path), None
-    return framework.make_source(spec, model, example, input_specs, list(default_inputs or []))
-
-
-def _module_name(path: Path) -> str:
-    """The name a user's file is imported under: its stem, so class paths in artifacts (TFLite
-    tensor names) read as the user wrote them, unless that would shadow or be shadowed by another
-    module; then a name unique to the file."""
-    stem, resolved = path.stem, path.resolve()
-    existing = sys.modules.get(stem)
-    if stem.isidentifier():
-        if existing is None and importlib.util.find_spec(stem) is None:
-            return stem
-        if existing is not None and Path(getattr(existing, "__file__", "") or "").resolve() == resolved:
-            return stem
-    return f"_exportgate_user_{abs(hash(resolved))}"
-
-
-def _call_builder(path: Path, attr: str) -> tuple[Any, Any]:
-    if not path.is_file():
-        raise BadInput(f"{path}: no such file")
-    if not attr.isidentifier():
-        raise BadInput(f"{path}:{attr}: {attr!r} is not a callable name")
-    module_name = _module_name(path)
-    module_spec = importlib.util.spec_from_file_location(module_name, path)
-    module = importlib.util.module_from_spec(module_spec)
-    sys.modules[module_name] = module
-    try:
-        module_spec.loader.exec_module(module)
-    except ImportError as exc:
-        _raise_missing_framework(exc)
-        raise BadInput(f"{path}: import failed: {one_line(exc)}") from exc
-    except Exception as exc:
-        raise BadInput(f"{path}: failed to load: {one_line(exc)}") from exc
-    builder = getattr(module, attr, None)
-    if builder is None:
-        raise BadInput(f"{path}: no callable named {attr!r}")
-    if not callable(builder):
-        raise BadInput(f"{path}:{attr} is not callable")
-    try:
-        built = builder()
-    except Exception as exc:
-        raise BadInput(f"{path}:{attr}() raised {one_line(exc)}") from exc
-    if isinstance(built, tuple) and len(built) == 2 and isinstance(built[1], (tuple, list, dict)):
-        return built[0], built[1]
-    return built, None
-
-
-def _raise_missing_framework(exc: ImportError) -> None:
-    missing = getattr(exc, "name", None) or ""
-    for framework in FRAMEWORKS.values():
-        if missing.split(".")[0] in framework.modules:
-            raise MissingFramework(missing.split(".")[0], framework.extra) from exc
 
 
 def make_batches(source: Source, seed: int, count: int) -> list[dict[str, np.ndarray]]:

@@ -1,21 +1,23 @@
-"""Source frameworks (PyTorch, Keras), found through a registry.
+"""Source frameworks (PyTorch, Keras), found through a registry, and `load_source`, which turns a
+MODEL spec into a Source through them.
 
 A framework knows how to recognise its model objects without importing itself, how to load its
-model files, how to describe a model's inputs and how to run the model on numpy arrays.
+model files, how to describe a model's inputs and how to run the model on numpy arrays. Nothing
+else in exportgate imports a user's file.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from verifiers.errors import BadInput, MissingFramework
-
-if TYPE_CHECKING:
-    from exporter.sources import InputSpec, Source
+from exporter.sources import InputSpec, Source
+from verifiers.errors import BadInput, MissingFramework, one_line
+from verifiers.registry import LazyRegistry
 
 
 class Framework:
@@ -27,6 +29,9 @@ class Framework:
     # load only with --trust-source.
     load_runs_code: str | None = None
 
+    def prepare(self) -> None:
+        """Set what the framework reads at import (environment variables), before anything imports it."""
+
     def owns(self, obj: Any) -> bool:
         raise NotImplementedError
 
@@ -34,14 +39,14 @@ class Framework:
         raise NotImplementedError
 
     def make_source(
-        self, spec: str, model: Any, example: Any, input_specs: list["InputSpec"], default_inputs: list["InputSpec"]
-    ) -> "Source":
+        self, spec: str, model: Any, example: Any, input_specs: list[InputSpec], default_inputs: list[InputSpec]
+    ) -> Source:
         raise NotImplementedError
 
-    def run(self, source: "Source", feed: dict[str, np.ndarray]) -> tuple[list[str], bool, list[np.ndarray]]:
+    def run(self, source: Source, feed: dict[str, np.ndarray]) -> tuple[list[str], bool, list[np.ndarray]]:
         raise NotImplementedError
 
-    def activation_sites(self, source: "Source", feed: dict[str, np.ndarray]) -> list:
+    def activation_sites(self, source: Source, feed: dict[str, np.ndarray]) -> list:
         """The source's GELU and ReLU sites (verifiers.gelu Site records) in graph order."""
         raise NotImplementedError
 
@@ -55,12 +60,10 @@ class Framework:
             raise MissingFramework(module.split(".")[0], self.extra) from exc
 
 
-FRAMEWORKS: dict[str, Framework] = {}
-
-
-def register(cls: type[Framework]) -> type[Framework]:
-    FRAMEWORKS[cls.name] = cls()
-    return cls
+FRAMEWORKS: LazyRegistry[Framework] = LazyRegistry("framework", {
+    "torch": "exporter.frameworks.torch_framework:TorchFramework",
+    "keras": "exporter.frameworks.keras_framework:KerasFramework",
+}, instantiate=True)
 
 
 def framework_for_object(obj: Any) -> Framework:
@@ -81,4 +84,82 @@ def framework_for_file(path: Path) -> Framework:
     raise BadInput(f"{path}: unknown model file type (expected file.py:callable or one of {', '.join(known)})")
 
 
-from exporter.frameworks import keras_framework, torch_framework  # noqa: E402,F401  (registration)
+def load_source(
+    spec: str, input_specs: list[InputSpec] | None = None, default_inputs: list[InputSpec] | None = None,
+    trust_source: bool = False,
+) -> Source:
+    """Load `file.py:callable`, `model.keras` or `model.pt2`.
+
+    `default_inputs` (read off an artifact being verified) serve a model that comes with neither
+    example inputs nor --input specs. A model file whose loading can run code (a .pt2) loads
+    only with `trust_source`; a file.py runs by design.
+    """
+    for framework in FRAMEWORKS.values():
+        framework.prepare()  # before a user's file imports the framework
+    input_specs = list(input_specs or [])
+    path_text, sep, attr = spec.rpartition(":")
+    if sep and path_text.endswith(".py"):
+        model, example = _call_builder(Path(path_text), attr)
+        framework = framework_for_object(model)
+    else:
+        path = Path(spec)
+        if not path.exists():
+            raise BadInput(f"{spec}: no such file")
+        framework = framework_for_file(path)
+        if framework.load_runs_code and not trust_source:
+            raise BadInput(f"{spec}: {framework.load_runs_code}; pass --trust-source to load a file you trust")
+        model, example = framework.load_file(path), None
+    return framework.make_source(spec, model, example, input_specs, list(default_inputs or []))
+
+
+def _module_name(path: Path) -> str:
+    """The name a user's file is imported under: its stem, so class paths in artifacts (TFLite
+    tensor names) read as the user wrote them, unless that would shadow or be shadowed by another
+    module; then a name unique to the file."""
+    stem, resolved = path.stem, path.resolve()
+    existing = sys.modules.get(stem)
+    if stem.isidentifier():
+        if existing is None and importlib.util.find_spec(stem) is None:
+            return stem
+        if existing is not None and Path(getattr(existing, "__file__", "") or "").resolve() == resolved:
+            return stem
+    return f"_exportgate_user_{abs(hash(resolved))}"
+
+
+def _call_builder(path: Path, attr: str) -> tuple[Any, Any]:
+    if not path.is_file():
+        raise BadInput(f"{path}: no such file")
+    if not attr.isidentifier():
+        raise BadInput(f"{path}:{attr}: {attr!r} is not a callable name")
+    module_name = _module_name(path)
+    module_spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[module_name] = module
+    try:
+        module_spec.loader.exec_module(module)
+    except ImportError as exc:
+        _raise_missing_framework(exc)
+        raise BadInput(f"{path}: import failed: {one_line(exc)}") from exc
+    except Exception as exc:
+        raise BadInput(f"{path}: failed to load: {one_line(exc)}") from exc
+    builder = getattr(module, attr, None)
+    if builder is None:
+        raise BadInput(f"{path}: no callable named {attr!r}")
+    if not callable(builder):
+        raise BadInput(f"{path}:{attr} is not callable")
+    try:
+        built = builder()
+    except Exception as exc:
+        raise BadInput(f"{path}:{attr}() raised {one_line(exc)}") from exc
+    if isinstance(built, tuple) and len(built) == 2 and isinstance(built[1], (tuple, list, dict)):
+        return built[0], built[1]
+    return built, None
+
+
+def _raise_missing_framework(exc: ImportError) -> None:
+    missing = getattr(exc, "name", None) or ""
+    for framework in FRAMEWORKS.values():
+        if missing.split(".")[0] in framework.modules:
+            raise MissingFramework(missing.split(".")[0], framework.extra) from exc
+
+

@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 
 from verifiers.errors import BadInput, one_line
-from exporter.frameworks import Framework, register
+from exporter.frameworks import Framework
+from exporter.sources import DEFAULT_DYNAMIC_SIZE, InputSpec, Source
 
 
 def prepare_keras_environment() -> None:
@@ -20,12 +21,14 @@ def prepare_keras_environment() -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
-@register
 class KerasFramework(Framework):
     name = "keras"
     extra = "keras"
     modules = ("keras", "tensorflow")
     suffixes = (".keras",)
+
+    def prepare(self) -> None:
+        prepare_keras_environment()
 
     def owns(self, obj: Any) -> bool:
         keras = sys.modules.get("keras")
@@ -46,7 +49,6 @@ class KerasFramework(Framework):
             raise BadInput(f"Keras runs on the {backend!r} backend; set KERAS_BACKEND=tensorflow")
 
     def make_source(self, spec, model, example, input_specs, default_inputs):
-        from exporter.sources import DEFAULT_DYNAMIC_SIZE, InputSpec, Source
 
         keras = self.require("keras")
         self._check_backend(keras)

@@ -11,10 +11,10 @@ from typing import Any
 import numpy as np
 
 from verifiers.errors import BadInput, one_line
-from exporter.frameworks import Framework, register
+from exporter.frameworks import Framework
+from exporter.sources import InputSpec, Source
 
 
-@register
 class TorchFramework(Framework):
     name = "torch"
     extra = "torch"
@@ -34,8 +34,6 @@ class TorchFramework(Framework):
             raise BadInput(f"{path}: not a readable torch.export program: {one_line(exc)}") from exc
 
     def make_source(self, spec, model, example, input_specs, default_inputs):
-        from exporter.sources import InputSpec, Source
-
         torch = self.require("torch")
         if isinstance(model, torch.nn.Module):
             model.eval()
@@ -146,8 +144,6 @@ def _flatten_outputs(value: Any) -> tuple[list[str], list[np.ndarray]]:
 
 
 def _exported_program_inputs(program: Any) -> list:
-    from exporter.sources import InputSpec
-
     specs = []
     for node in program.graph.nodes:
         if node.op != "placeholder" or node.name not in program.graph_signature.user_inputs:

@@ -5,7 +5,8 @@ import pytest
 from runtime_venvs import ORT_1_16, TFLITE_2_7, Unavailable, run_model, runtime_venv
 
 from exporter import api
-from exporter.sources import load_source, make_batches
+from exporter.frameworks import load_source
+from exporter.sources import make_batches
 from fixtures.specs import keras_model, torch_model
 from verifiers.target_check import version_greater
 from verifiers.tflite_model import load_tflite

@@ -7,7 +7,8 @@ import pytest
 from verifiers.errors import BadInput, Incompatible
 from exporter.frameworks import FRAMEWORKS
 from exporter.routes import ROUTES, ExportRequest
-from exporter.sources import DynamicAxis, load_source, make_batches
+from exporter.frameworks import load_source
+from exporter.sources import DynamicAxis, make_batches
 from fixtures.specs import keras_model
 from verifiers.gelu.catalogue import TANH
 from verifiers.gelu.tflite_sites import find_tflite_sites

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from verifiers.errors import BadInput
+from exporter.frameworks import load_source
 from exporter.sources import (
     InputSpec,
-    load_source,
     make_batches,
     parse_dynamic_axis,
     parse_input_spec,

@@ -5,7 +5,8 @@ import pytest
 
 from exporter import api
 from exporter.routes import ExportRequest, route_for
-from exporter.sources import load_source, make_batches
+from exporter.frameworks import load_source
+from exporter.sources import make_batches
 from fixtures.specs import keras_model, torch_model
 
 ROUTES = [("onnx", 17), ("onnx", 20), ("tflite", None)]

@@ -1,0 +1,63 @@
+"""Lazy registries: names mapped to objects that live in modules imported on first use.
+
+Every pluggable kind of thing (artifact formats, runtimes, report writers, source frameworks,
+export routes) is one of these: an entry is a name and a "package.module:attribute" path, so
+listing the names costs nothing and a command imports only the modules it uses. A registered
+object may also be given directly (a test's wrapper, a plug-in already imported).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterator, Mapping
+from typing import Any, Generic, TypeVar
+
+from verifiers.errors import BadInput
+
+T = TypeVar("T")
+
+
+class LazyRegistry(Mapping[str, T], Generic[T]):
+    """`kind` names the entries in errors ("runtime", "format"); with `instantiate`, an entry is a
+    class and the registry holds one instance of it."""
+
+    def __init__(self, kind: str, entries: dict[str, str], instantiate: bool = False):
+        self.kind = kind
+        self._where: dict[str, str | Any] = dict(entries)
+        self._loaded: dict[str, T] = {}
+        self._instantiate = instantiate
+
+    def register(self, name: str, where: str | Any) -> None:
+        """Add or replace an entry: a "module:attribute" path, or the object itself."""
+        self._where[name] = where
+        self._loaded.pop(name, None)
+
+    def unregister(self, name: str) -> None:
+        self._where.pop(name, None)
+        self._loaded.pop(name, None)
+
+    def __getitem__(self, name: str) -> T:
+        if name not in self._loaded:
+            if name not in self._where:
+                raise KeyError(name)
+            where = self._where[name]
+            if isinstance(where, str):
+                module, _, attribute = where.partition(":")
+                where = getattr(importlib.import_module(module), attribute)
+            self._loaded[name] = where() if self._instantiate and isinstance(where, type) else where
+        return self._loaded[name]
+
+    def get_or_fail(self, name: str, option: str) -> T:
+        """The entry, or a one-line BadInput naming the option and the known names."""
+        if name not in self._where:
+            raise BadInput(f"{option} {name}: unknown {self.kind} (known: {', '.join(self)})")
+        return self[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._where))
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._where
