@@ -1,5 +1,7 @@
 """The Python API: export, verify, check, targets and inspect. Each returns what the CLI prints or writes.
 
+export, verify and check are short lists of named steps (verifiers.steps runs them: progress,
+timings, errors and the report); each step is a small function of the command's state below.
 The API never prints: progress on long steps goes to the `progress` callback.
 """
 
@@ -7,99 +9,278 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from verifiers.errors import BadInput, ExportgateError, Incompatible, Terminated, one_line
-from exporter.gelu_policy import apply_gelu_policy
-from exporter.gelu_policy import check_gelu_policy
-from exporter.routes import ExportRequest, check_request, route_for
 from exporter.frameworks import load_source
-from exporter.sources import (
-    make_batches,
-    parse_dynamic_axis,
-    parse_input_spec,
-)
-from exporter.staging import Staging, companion_files, out_lock, remove_artifact, sweep_abandoned
+from exporter.gelu_policy import PolicyOutcome, apply_gelu_policy, check_gelu_policy
+from exporter.routes import ExportRequest, Route, check_request, route_for
+from exporter.sources import DynamicAxis, InputSpec, Source, make_batches, parse_dynamic_axis, parse_input_spec
+from exporter.sources import specs_of_tensors
+from exporter.staging import Staging, out_lock, remove_artifact, sweep_abandoned
 from exporter.target_fit import fit_ir_version
 from verifiers.compare import Tolerances
-from verifiers.formats import detect_format
-from verifiers.pipeline import (
-    capture_source_sites,
-    compare,
-    compare_artifact,
-    describe_artifact,
-    input_specs_of,
-    judge_gelu,
-    record_artifact_facts,
-    verify_artifact,
-)
+from verifiers.errors import BadInput, Incompatible, one_line
+from verifiers.formats import Artifact, artifact_format, detect_format, open_artifact
+from verifiers.pipeline import Comparison, compare, describe_artifact, gelu_sensitivity, judge_gelu, load_runner
 from verifiers.report import ArtifactInfo, Report
-from verifiers.runtimes import InvalidArtifact, open_runner, runner_for
+from verifiers.runtimes import InvalidArtifact, Runner, runtime_for
+from verifiers.steps import Progress, Step, run_steps, silent
+from verifiers.targets import Target
+from verifiers.writers import check_writable, write_reports
 
-Progress = Callable[[str], None]
 DEFAULT_BATCHES = 3
 
 
-def _silent(_: str) -> None:
-    pass
+@dataclass
+class Checked:
+    """What verify and export share once the artifact and the source are known."""
+
+    report: Report
+    progress: Progress
+    tolerances: Tolerances | None = None
+    source: Source | None = None
+    feeds: list[dict] = field(default_factory=list)
+    reference: list = field(default_factory=list)
+    captured: list | str | None = None  # the source's GELU sites, why they could not be read, or None (guard off)
+    artifact: Artifact | None = None
+    runner: Runner | None = None
+    comparison: Comparison | None = None
+    artifact_sites: list | None = None
+    declared: dict[str, str] | None = None
+    runtime: str | None = None  # the runtime that runs the artifact; None: the one its format names
+    reports: dict[str, Path] = field(default_factory=dict)
+    cleanups: contextlib.ExitStack | None = None
 
 
-@contextlib.contextmanager
-def _reported(report: Report, report_path: str | Path | None) -> Iterator[contextlib.ExitStack]:
-    """Run a command's steps so that every way out leaves a report whose verdict and exit code
-    are the run's own. An ExportgateError becomes its finding; an interrupt (SIGINT, SIGTERM) or
-    an unforeseen error becomes a finding too and is raised again. Then the clean-ups the steps
-    pushed on the yielded stack run (they see the findings), and last the report is written."""
-    try:
-        with contextlib.ExitStack() as stack:
-            try:
-                yield stack
-            except ExportgateError as exc:
-                report.fail(exc.kind, str(exc))
-            except KeyboardInterrupt:
-                report.fail("interrupted", "interrupted (SIGINT): nothing was published")
-                raise
-            except Terminated:
-                report.fail("terminated", "terminated (SIGTERM): nothing was published")
-                raise
-            except Exception as exc:
-                report.fail("internal", f"internal error: {one_line(exc)}")
-                raise
-    finally:
-        if report_path is not None:
-            try:
-                check_writable(report_path, "--report")
-                _write_report(report, report_path)
-            except BadInput as exc:
-                if all(f.message != str(exc) for f in report.failures):  # said once, when first found
-                    report.fail("input", str(exc))
+# ---- steps shared by export and verify ------------------------------------------------------------
 
 
-def _write_report(report: Report, report_path: str | Path) -> None:
-    try:
-        report.write_json(report_path)
-    except OSError as exc:
-        raise BadInput(f"--report {report_path}: cannot write it: {one_line(exc)}") from exc
+def _reference(run: Checked) -> None:
+    run.reference = [run.source.run(feed) for feed in run.feeds]
 
 
-def check_writable(path: str | Path, option: str) -> None:
-    """Refuse, before any work, a file path the run could not write: a folder, a path under a
-    file, or a folder this process may not write to (read-only filesystem included)."""
-    path = Path(path)
-    if path.is_dir():
-        raise BadInput(f"{option} {path}: is a folder; give a file path")
-    ancestor = path.parent
-    while not ancestor.exists():
-        if ancestor == ancestor.parent:
-            break
-        ancestor = ancestor.parent
-    if not ancestor.is_dir():
-        raise BadInput(f"{option} {path}: {ancestor} is a file, not a folder")
-    if not os.access(ancestor, os.W_OK | os.X_OK):
-        raise BadInput(f"{option} {path}: {ancestor} is not writable")
+def _capture_gelu(run: Checked) -> None:
+    run.captured = run.source.activation_sites(run.feeds[0])
+
+
+def _load_artifact(run: Checked) -> None:
+    run.runner = load_runner(run.artifact, run.runtime)
+    run.report.runtime = run.runner.runtime
+
+
+def _compare(run: Checked) -> None:
+    run.comparison = compare(run.report, run.runner, run.feeds, run.reference, run.tolerances, run.progress)
+
+
+def _judge_gelu(run: Checked) -> None:
+    run.artifact_sites = judge_gelu(run.report, run.artifact, run.captured, run.comparison, run.declared)
+
+
+def _gelu_sensitivity(run: Checked) -> None:
+    gelu_sensitivity(run.report, run.artifact, run.artifact_sites, run.comparison, run.tolerances)
+
+
+def _record_artifact(run, artifact: Artifact) -> None:
+    run.artifact = artifact
+    run.report.format = artifact.format.name
+    artifact.record_facts(run.report)
+
+
+def _check_target(run, target: Target) -> None:
+    from verifiers.target_check import check_artifact, to_findings
+
+    found = check_artifact(run.artifact, target)
+    run.report.target_checks = [{"kind": i.kind, "message": i.message} for i in found]
+    run.report.failures.extend(to_findings(found))
+
+
+def _sensitivity_applies(run: Checked) -> bool:
+    return run.artifact_sites is not None and run.artifact.gelu_rewritable
+
+
+def _reading_sources(run: Checked) -> str:
+    return f"running the source model on {len(run.feeds)} batch(es)"
+
+
+# ---- export ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Exported(Checked):
+    model: str = ""
+    to: str = ""
+    out: Path = Path()
+    opset: int | None = None
+    exporter: str = "auto"
+    quantize: str | None = None
+    target_name: str | None = None
+    gelu: str = "preserve"
+    matrix: str | Path | None = None
+    inputs: Sequence[str] = ()
+    dynamic: Sequence[str] = ()
+    atol: Sequence[str] = ()
+    rtol: Sequence[str] = ()
+    seed: int = 0
+    batches: int = DEFAULT_BATCHES
+    verify: bool = True
+    gelu_guard: bool = True
+    allow_nonfinite: bool = False
+    trust_source: bool = False
+    # found along the way
+    target: Target | None = None
+    input_specs: list[InputSpec] = field(default_factory=list)
+    axes: list[DynamicAxis] = field(default_factory=list)
+    route: Route | None = None
+    staging: Staging | None = None
+    before_rewrite: Path | None = None
+    outcome: PolicyOutcome | None = None
+    loads: bool = True  # false once the exporter's artifact failed to load: the rest of verification is skipped
+
+    @property
+    def verifying(self) -> bool:
+        return self.verify and self.loads
+
+
+def _export_options(run: Exported) -> None:
+    """Every option is checked before the model loads and before --out is touched."""
+    run.tolerances = Tolerances.parse(list(run.atol), list(run.rtol))
+    run.tolerances.allow_nonfinite = run.allow_nonfinite
+    _check_opset(run.opset)
+    check_request(run.to, run.exporter, run.quantize)
+    check_gelu_policy(run.gelu)
+    run.input_specs = [parse_input_spec(s) for s in run.inputs]
+    run.axes = [parse_dynamic_axis(d) for d in run.dynamic]
+    check_writable(run.out, "--out")
+    for path in run.reports.values():
+        check_writable(path, "--report")
+    if run.quantize is not None:
+        run.report.notes.append(run.tolerances.scale_for(run.quantize))
+    if run.target_name:
+        run.target = _target(run.target_name, run.matrix, run.to)
+        run.report.target = run.target.name
+        if run.target.max_opset is not None:
+            run.opset = run.report.requested_opset = _opset_for(run.target, run.opset)
+
+
+def _load_source(run: Exported) -> None:
+    run.source = load_source(run.model, run.input_specs, trust_source=run.trust_source)
+    run.route = route_for(run.source.framework.name, run.to, run.exporter, run.quantize)
+    ranks = {spec.name: len(spec.shape) for spec in run.source.inputs}
+    for axis in run.axes:
+        if axis.input not in run.source.input_names:
+            raise BadInput(f"--dynamic {axis.input}:{axis.axis}: no input named {axis.input!r} "
+                           f"(inputs: {', '.join(run.source.input_names)})")
+        if not 0 <= axis.axis < ranks[axis.input]:
+            raise BadInput(f"--dynamic {axis.input}:{axis.axis}: {axis.input} has {ranks[axis.input]} axes "
+                           f"(0 to {ranks[axis.input] - 1})")
+    run.feeds = make_batches(run.source, run.seed, run.batches)
+    run.report.example_batch = run.source.example is not None
+
+
+def _stage(run: Exported) -> None:
+    """Take --out's lock, sweep what killed runs left, and open a staging folder beside --out."""
+    run.cleanups.enter_context(out_lock(run.out, run.progress))
+    swept = sweep_abandoned(run.out.parent)
+    if swept:
+        run.report.notes.append(f"removed {len(swept)} staging folder(s) left by killed runs: "
+                                + ", ".join(p.name for p in swept))
+    run.staging = Staging(run.out, run.to)
+    run.cleanups.callback(run.staging.cleanup)
+
+
+def _export(run: Exported) -> None:
+    request = ExportRequest(run.to, run.opset, run.exporter, run.axes, output_names=run.reference[0][0],
+                            sample_inputs=run.feeds[0], quantize=run.quantize)
+    result = run.route.export(run.source, request, run.staging.path, run.progress)
+    # Only a run that really exported and then failed removes the release at --out.
+    run.cleanups.callback(_remove_stale_release, run.report, run.out, run.to)
+    run.report.exporter = result.exporter
+    run.report.notes.extend(result.notes)
+    # A declared flavour change makes the outputs differ from the source's: the export as it was
+    # before the rewrite is compared too, so a difference of any other cause still fails.
+    if run.verify and run.gelu == "tanh":
+        run.before_rewrite = run.staging.keep_copy("before-gelu-rewrite")
+
+
+def _gelu_form(run: Exported) -> None:
+    run.outcome = apply_gelu_policy(run.staging.path, run.to, run.gelu, run.target)
+    run.declared = run.outcome.declared
+    run.report.notes.extend(run.outcome.notes)
+    if run.target is not None:
+        run.report.notes.extend(filter(None, [fit_ir_version(run.staging.path, run.target)]))
+
+
+def _compare_before_rewrite(run: Exported) -> None:
+    scratch = Report(command="export")
+    before = Checked(scratch, run.progress, run.tolerances, feeds=run.feeds, reference=run.reference,
+                     artifact=artifact_format(run.to).open(run.before_rewrite))
+    _load_artifact(before)
+    _compare(before)
+    for finding in scratch.failures:
+        finding.message = f"before the --gelu rewrite: {finding.message}"
+        run.report.failures.append(finding)
+
+
+def _exported_artifact_loads(step):
+    """A verification step of an export: an artifact the exporter wrote that does not load is the
+    exporter's failure (exit 4), and the rest of verification is skipped."""
+    def run_step(run: Exported) -> None:
+        try:
+            step(run)
+        except InvalidArtifact as exc:
+            run.loads = False
+            message = str(exc).replace(f"{run.staging.path}: ", "")
+            run.report.fail("target", f"{run.report.exporter} wrote an artifact that does not load: {message}")
+    return run_step
+
+
+def _publish(run: Exported) -> None:
+    """Publish the artifact at --out when every check passed, else keep it as NAME.rejected."""
+    if not run.verify:
+        run.report.notes.append("verification skipped (--no-verify): the artifact was not run or compared")
+    if run.report.exit_code == 0:
+        # The report is written first: nothing is published that its report does not describe.
+        run.report.artifact = artifact_info(run.artifact, published_as=run.out)
+        write_reports(run.report, run.reports)
+        try:
+            run.staging.publish(run.artifact.companion_files())
+        except OSError as exc:
+            raise BadInput(f"--out {run.out}: could not publish the artifact there: {one_line(exc)}") from exc
+    else:
+        first_report = next(iter(run.reports.values()), None)
+        rejected = run.staging.reject(first_report.parent if first_report else run.out.parent,
+                                      run.artifact.companion_files())
+        run.report.rejected_artifact = str(rejected)
+        run.report.artifact = artifact_info(artifact_format(run.to).open(rejected))
+
+
+EXPORT_STEPS = (
+    Step("options", _export_options),
+    Step("load_source", _load_source, message=lambda run: f"loading {run.model}"),
+    Step("reference", _reference, message=_reading_sources),
+    Step("gelu_source", _capture_gelu, message=lambda run: "reading the GELU sites of the source",
+         when=lambda run: run.verify and run.gelu_guard),
+    Step("stage", _stage),
+    Step("export", _export),
+    Step("gelu_form", _gelu_form),
+    Step("artifact_facts", lambda run: _record_artifact(run, artifact_format(run.to).open(run.staging.path))),
+    Step("target_check", lambda run: _check_target(run, run.target), when=lambda run: run.target is not None),
+    Step("compare_before_rewrite", _exported_artifact_loads(_compare_before_rewrite),
+         message=lambda run: "comparing the export as it was before the --gelu rewrite",
+         when=lambda run: run.verifying and run.before_rewrite is not None),
+    Step("load_artifact", _exported_artifact_loads(_load_artifact),
+         message=lambda run: f"loading the artifact in {runtime_for(run.to).runtime}", when=lambda run: run.verifying),
+    Step("compare", _exported_artifact_loads(_compare), when=lambda run: run.verifying, timed=False),
+    Step("gelu", _exported_artifact_loads(_judge_gelu),
+         message=lambda run: run.gelu_guard and "finding the GELU sites of the source and measuring the artifact's",
+         when=lambda run: run.verifying),
+    Step("gelu_sensitivity", _exported_artifact_loads(_gelu_sensitivity),
+         when=lambda run: run.verifying and _sensitivity_applies(run)),
+    Step("publish", _publish),
+)
 
 
 def export(
@@ -124,105 +305,17 @@ def export(
     allow_nonfinite: bool = False,
     trust_source: bool = False,
     report_path: str | Path | None = None,
-    progress: Progress = _silent,
+    progress: Progress = silent,
 ) -> Report:
     """Export MODEL to `to` at `opset` (or for `target`, with GELU in the form it runs under the
     `gelu` policy), check it against the target, verify it, and publish it at `out` only if all pass."""
-    out = Path(out)
     report = Report(command="export", model=model, format=to, requested_opset=opset, seed=seed,
                     batches=batches, verified=verify, quantize=quantize)
-    with _reported(report, report_path) as stack:
-        # Every option is checked before the model loads and before --out is touched.
-        tolerances = Tolerances.parse(list(atol), list(rtol))
-        tolerances.allow_nonfinite = allow_nonfinite
-        _check_opset(opset)
-        check_request(to, exporter, quantize)
-        check_gelu_policy(gelu)
-        input_specs = [parse_input_spec(s) for s in inputs]
-        axes = [parse_dynamic_axis(d) for d in dynamic]
-        check_writable(out, "--out")
-        if report_path is not None:
-            check_writable(report_path, "--report")
-        if quantize is not None:
-            report.notes.append(tolerances.scale_for(quantize))
-        chosen = _target(target, matrix, to) if target else None
-        if chosen is not None and to == "onnx":
-            opset = _opset_for(chosen, opset)
-            report.requested_opset = opset
-        report.target = chosen.name if chosen else None
-        with report.timed("load_source"):
-            progress(f"loading {model}")
-            source = load_source(model, input_specs, trust_source=trust_source)
-        route = route_for(source.framework.name, to, exporter, quantize)
-        ranks = {spec.name: len(spec.shape) for spec in source.inputs}
-        for axis in axes:
-            if axis.input not in source.input_names:
-                raise BadInput(f"--dynamic {axis.input}:{axis.axis}: no input named {axis.input!r} "
-                               f"(inputs: {', '.join(source.input_names)})")
-            if not 0 <= axis.axis < ranks[axis.input]:
-                raise BadInput(f"--dynamic {axis.input}:{axis.axis}: {axis.input} has {ranks[axis.input]} axes "
-                               f"(0 to {ranks[axis.input] - 1})")
-        feeds = make_batches(source, seed, batches)
-        report.example_batch = source.example is not None
-        with report.timed("reference"):
-            progress(f"running the source model on {len(feeds)} batch(es)")
-            reference = [source.run(feed) for feed in feeds]
-        captured = None
-        if verify and gelu_guard:
-            with report.timed("gelu_source"):
-                progress("reading the GELU sites of the source")
-                captured = capture_source_sites(source, feeds[0])
-        stack.enter_context(out_lock(out, progress))
-        swept = sweep_abandoned(out.parent)
-        if swept:
-            report.notes.append(f"removed {len(swept)} staging folder(s) left by killed runs: "
-                                + ", ".join(p.name for p in swept))
-        staging = Staging(out, to)
-        stack.callback(staging.cleanup)
-        request = ExportRequest(to, opset, exporter, axes, output_names=reference[0][0], sample_inputs=feeds[0],
-                                quantize=quantize)
-        with report.timed("export"):
-            result = route.export(source, request, staging.path, progress)
-        # Only a run that really exported and then failed removes the release at --out.
-        stack.callback(_remove_stale_release, report, out, to)
-        report.exporter = result.exporter
-        report.notes.extend(result.notes)
-        # A declared flavour change makes the outputs differ from the source's: the export as it was
-        # before the rewrite is compared too, so a difference of any other cause still fails.
-        before_rewrite = staging.keep_copy("before-gelu-rewrite") if verify and gelu == "tanh" else None
-        with report.timed("gelu_form"):
-            outcome = apply_gelu_policy(staging.path, to, gelu, chosen)
-        report.notes.extend(outcome.notes)
-        if chosen is not None:
-            report.notes.extend(filter(None, [fit_ir_version(staging.path, chosen)]))
-        record_artifact_facts(report, staging.path, to)
-        if chosen is not None:
-            _check_target(report, staging.path, chosen)
-        if verify:
-            try:
-                if before_rewrite is not None:
-                    _compare_before_rewrite(report, before_rewrite, to, feeds, reference, tolerances, progress)
-                verify_artifact(report, staging.path, to, source, feeds, reference, tolerances, progress,
-                                outcome.declared, gelu_guard, captured)
-            except InvalidArtifact as exc:
-                message = str(exc).replace(f"{staging.path}: ", "")
-                report.fail("target", f"{report.exporter} wrote an artifact that does not load: {message}")
-        else:
-            report.notes.append("verification skipped (--no-verify): the artifact was not run or compared")
-        if report.exit_code == 0:
-            # The report is written first: nothing is published that its report does not describe.
-            report.artifact = artifact_info(staging.path, to, published_as=out)
-            if report_path is not None:
-                _write_report(report, report_path)
-            try:
-                staging.publish()
-            except OSError as exc:
-                raise BadInput(f"--out {out}: could not publish the artifact there: {one_line(exc)}") from exc
-        else:
-            rejected = staging.reject(Path(report_path).parent if report_path else out.parent)
-            report.rejected_artifact = str(rejected)
-            report.artifact = artifact_info(rejected, to)
-    return report
+    run = Exported(report, progress, model=model, to=to, out=Path(out), opset=opset, exporter=exporter,
+                   quantize=quantize, target_name=target, gelu=gelu, matrix=matrix, inputs=inputs, dynamic=dynamic,
+                   atol=atol, rtol=rtol, seed=seed, batches=batches, verify=verify, gelu_guard=gelu_guard,
+                   allow_nonfinite=allow_nonfinite, trust_source=trust_source, reports=_reports(report_path))
+    return run_steps(report, EXPORT_STEPS, run, progress, run.reports)
 
 
 def _remove_stale_release(report: Report, out: Path, fmt: str) -> None:
@@ -232,10 +325,65 @@ def _remove_stale_release(report: Report, out: Path, fmt: str) -> None:
         report.notes.append(f"removed the previous {out} (and its data files) so no stale artifact stands at --out")
 
 
+# ---- verify ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Verified(Checked):
+    path: Path = Path()
+    model: str = ""
+    inputs: Sequence[str] = ()
+    atol: Sequence[str] = ()
+    rtol: Sequence[str] = ()
+    seed: int = 0
+    batches: int = DEFAULT_BATCHES
+    gelu_guard: bool = True
+    allow_nonfinite: bool = False
+    trust_source: bool = False
+    input_specs: list[InputSpec] = field(default_factory=list)
+
+
+def _verify_options(run: Verified) -> None:
+    run.tolerances = Tolerances.parse(list(run.atol), list(run.rtol))
+    run.tolerances.allow_nonfinite = run.allow_nonfinite
+    run.input_specs = [parse_input_spec(s) for s in run.inputs]
+    for path in run.reports.values():
+        check_writable(path, "--report")
+    runtime_for(detect_format(run.path).name, run.runtime)
+
+
+def _verified_artifact(run: Verified) -> None:
+    _record_artifact(run, open_artifact(run.path))
+    run.report.artifact = artifact_info(run.artifact)
+
+
+def _verified_source(run: Verified) -> None:
+    run.source = load_source(run.model, run.input_specs, default_inputs=specs_of_tensors(run.runner.inputs),
+                             trust_source=run.trust_source)
+    run.feeds = make_batches(run.source, run.seed, run.batches)
+    run.report.example_batch = run.source.example is not None
+
+
+VERIFY_STEPS = (
+    Step("options", _verify_options),
+    Step("artifact_facts", _verified_artifact),
+    Step("load_artifact", _load_artifact,
+         message=lambda run: f"loading {run.path} in {runtime_for(run.artifact.format.name, run.runtime).runtime}"),
+    Step("load_source", _verified_source, message=lambda run: f"loading {run.model}"),
+    Step("reference", _reference, message=_reading_sources),
+    Step("compare", _compare, timed=False),
+    Step("gelu_source", _capture_gelu, when=lambda run: run.gelu_guard),
+    Step("gelu", _judge_gelu,
+         message=lambda run: run.gelu_guard and "finding the GELU sites of the source and measuring the artifact's"),
+    Step("gelu_sensitivity", _gelu_sensitivity, when=_sensitivity_applies),
+)
+
+
 def verify(
     artifact: str | Path,
     *,
     source: str,
+    runtime: str | None = None,
     inputs: Sequence[str] = (),
     atol: Sequence[str] = (),
     rtol: Sequence[str] = (),
@@ -245,82 +393,74 @@ def verify(
     allow_nonfinite: bool = False,
     trust_source: bool = False,
     report_path: str | Path | None = None,
-    progress: Progress = _silent,
+    progress: Progress = silent,
 ) -> Report:
-    """Verify an existing artifact (from exportgate or any other tool) against its source model."""
-    artifact = Path(artifact)
+    """Verify an existing artifact (from exportgate or any other tool) against its source model,
+    run in `runtime` (by default the one its format names: onnxruntime, ai-edge-litert)."""
     report = Report(command="verify", model=source, seed=seed, batches=batches)
-    with _reported(report, report_path):
-        tolerances = Tolerances.parse(list(atol), list(rtol))
-        tolerances.allow_nonfinite = allow_nonfinite
-        input_specs = [parse_input_spec(s) for s in inputs]
-        if report_path is not None:
-            check_writable(report_path, "--report")
-        fmt = detect_format(artifact)
-        report.format = fmt
-        report.artifact = artifact_info(artifact, fmt)
-        record_artifact_facts(report, artifact, fmt)
-        with report.timed("load_artifact"):
-            progress(f"loading {artifact} in {runner_for(fmt).runtime}")
-            runner = open_runner(fmt, artifact)
-        with report.timed("load_source"):
-            progress(f"loading {source}")
-            src = load_source(source, input_specs, default_inputs=input_specs_of(runner), trust_source=trust_source)
-        feeds = make_batches(src, seed, batches)
-        report.example_batch = src.example is not None
-        with report.timed("reference"):
-            progress(f"running the source model on {len(feeds)} batch(es)")
-            reference = [src.run(feed) for feed in feeds]
-        comparison = compare(report, runner, feeds, reference, tolerances, progress)
-        judge_gelu(report, src, artifact, fmt, feeds[0], comparison, tolerances, progress, enabled=gelu_guard)
-    return report
+    run = Verified(report, progress, path=Path(artifact), model=source, runtime=runtime, inputs=inputs, atol=atol,
+                   rtol=rtol, seed=seed, batches=batches, gelu_guard=gelu_guard, allow_nonfinite=allow_nonfinite,
+                   trust_source=trust_source, reports=_reports(report_path))
+    return run_steps(report, VERIFY_STEPS, run, progress, run.reports)
 
 
-def inspect(artifact: str | Path) -> dict[str, Any]:
-    """Format, opsets, op counts, inputs and outputs, and the GELU sites with their claimed and
-    measured flavours, without importing torch or TensorFlow."""
-    fmt = detect_format(artifact)
-    return describe_artifact(Path(artifact), fmt)
+# ---- check and inspect -----------------------------------------------------------------------------
 
 
-def _compare_before_rewrite(report, path, fmt, feeds, reference, tolerances, progress) -> None:
-    scratch = Report(command="export")
-    progress("comparing the export as it was before the --gelu rewrite")
-    compare_artifact(scratch, path, fmt, feeds, reference, tolerances, progress)
-    report.timings["compare_before_rewrite"] = sum(scratch.timings.values())
-    for finding in scratch.failures:
-        finding.message = f"before the --gelu rewrite: {finding.message}"
-        report.failures.append(finding)
+@dataclass
+class Checking:
+    report: Report
+    path: Path
+    target_name: str
+    matrix: str | Path | None
+    reports: dict[str, Path]
+    artifact: Artifact | None = None
+    cleanups: contextlib.ExitStack | None = None
+
+
+def _check_options(run: Checking) -> None:
+    for path in run.reports.values():
+        check_writable(path, "--report")
+
+
+def _checked_artifact(run: Checking) -> None:
+    _record_artifact(run, open_artifact(run.path))
+    run.report.artifact = artifact_info(run.artifact)
+
+
+CHECK_STEPS = (
+    Step("options", _check_options),
+    Step("artifact_facts", _checked_artifact),
+    Step("target_check", lambda run: _check_target(run, _target(run.target_name, run.matrix, None))),
+)
 
 
 def check(
     artifact: str | Path, *, target: str, matrix: str | Path | None = None, report_path: str | Path | None = None,
 ) -> Report:
     """Every incompatibility of an artifact (from any tool) with a target; exit 4 when there is one."""
-    artifact = Path(artifact)
     report = Report(command="check", target=target)
-    with _reported(report, report_path):
-        if report_path is not None:
-            check_writable(report_path, "--report")
-        fmt = detect_format(artifact)
-        report.format = fmt
-        report.artifact = artifact_info(artifact, fmt)
-        record_artifact_facts(report, artifact, fmt)
-        _check_target(report, artifact, _target(target, matrix, None))
-    return report
+    run = Checking(report, Path(artifact), target, matrix, _reports(report_path))
+    return run_steps(report, CHECK_STEPS, run, silent, run.reports)
+
+
+def inspect(artifact: str | Path) -> dict[str, Any]:
+    """Format, opsets, op counts, inputs and outputs, and the GELU sites with their claimed and
+    measured flavours, without importing torch or TensorFlow."""
+    return describe_artifact(open_artifact(artifact))
 
 
 def targets(matrix: str | Path | None = None) -> list[dict[str, Any]]:
     """The known targets (the packaged matrix plus `matrix`), as `exportgate targets` lists them."""
     from dataclasses import asdict
 
-    from exporter.targets import load_targets
+    from verifiers.targets import load_targets
 
     return [asdict(t) for t in load_targets(Path(matrix) if matrix else None).values()]
 
 
 def _target(name: str, matrix: str | Path | None, fmt: str | None):
-    from exporter.targets import get_target, load_targets
+    from verifiers.targets import get_target, load_targets
 
     chosen = get_target(name, load_targets(Path(matrix) if matrix else None))
     if fmt is not None and chosen.format != fmt:
@@ -338,25 +478,22 @@ def _opset_for(target, opset: int | None) -> int:
     return opset
 
 
-def _check_target(report: Report, path: Path, target) -> None:
-    from verifiers.target_check import check_artifact, to_findings
-
-    with report.timed("target_check"):
-        found = check_artifact(path, target)
-    report.target_checks = [{"kind": i.kind, "message": i.message} for i in found]
-    report.failures.extend(to_findings(found))
-
-
-def artifact_info(path: Path, fmt: str, published_as: Path | None = None) -> ArtifactInfo:
+def artifact_info(artifact: Artifact, published_as: Path | None = None) -> ArtifactInfo:
     """Path, hashes and sizes of an artifact and its data files (refusing data files it may not
     name); `published_as` is where it will stand once published (the same names beside it)."""
+    path = artifact.path
     shown = Path(published_as) if published_as is not None else path
     data_files = [
         {"path": str(shown.parent / name), "sha256": _sha256(path.parent / name),
          "size_bytes": (path.parent / name).stat().st_size}
-        for name in companion_files(path, fmt)
+        for name in artifact.companion_files()
     ]
-    return ArtifactInfo(str(shown), fmt, _sha256(path), path.stat().st_size, data_files)
+    return ArtifactInfo(str(shown), artifact.format.name, _sha256(path), path.stat().st_size, data_files)
+
+
+def _reports(report_path: str | Path | None) -> dict[str, Path]:
+    """The report files asked for, by writer name."""
+    return {"json": Path(report_path)} if report_path is not None else {}
 
 
 def _sha256(path: Path) -> str:

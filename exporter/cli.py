@@ -169,6 +169,9 @@ def export(
 def verify(
     artifact: Annotated[Path, typer.Argument(help="The .onnx or .tflite artifact to check.")],
     source: Annotated[str, typer.Option("--source", help="The source model: file.py:callable, .keras or .pt2.")],
+    runtime: Annotated[Optional[str], typer.Option(
+        "--runtime", help="The runtime to run ARTIFACT in (default: the one its format names: onnxruntime for "
+        "ONNX, ai-edge-litert for TFLite).")] = None,
     inputs: InputOption = [],
     atol: AtolOption = [],
     rtol: RtolOption = [],
@@ -185,7 +188,7 @@ def verify(
     from exporter import api
 
     with _interruptible(), _runtime_limits(timeout, memory_limit):
-        result = api.verify(artifact, source=source, inputs=inputs, atol=atol, rtol=rtol, seed=seed,
+        result = api.verify(artifact, source=source, runtime=runtime, inputs=inputs, atol=atol, rtol=rtol, seed=seed,
                             batches=batches, gelu_guard=not no_gelu_guard, allow_nonfinite=allow_nonfinite,
                             trust_source=trust_source,
                             report_path=report, progress=_progress)
@@ -217,14 +220,14 @@ def targets(
 ) -> None:
     """List the runtimes and devices exportgate knows, with what each supports."""
     from exporter import api
+    from verifiers.formats import FORMATS
 
     entries = api.targets(matrix)
     if as_json:
         typer.echo(json.dumps(entries, indent=2))
         return
     for entry in entries:
-        limit = (f"opset <= {entry['max_opset']}" if entry["format"] == "onnx"
-                 else f"runtime {entry['max_runtime_version'] or '(not sourced)'}")
+        limit = FORMATS[entry["format"]].limit_text(entry)
         gelu = ", ".join(f"{flag} {'yes' if value else 'no'}" for flag, value in entry["gelu"].items()
                          if value is not None)
         confirmed = f"; tested here: {', '.join(entry['confirmed_by_test'])}" if entry["confirmed_by_test"] else ""
@@ -240,18 +243,15 @@ def inspect(
 ) -> None:
     """Show an artifact's format, opsets, op counts, inputs and outputs, and its GELU sites."""
     from exporter import api
+    from verifiers.formats import FORMATS
 
     with _interruptible(), _runtime_limits(timeout, memory_limit):
         info = api.inspect(artifact)
     if as_json:
         typer.echo(json.dumps(info, indent=2))
         return
-    if info["format"] == "onnx":
-        typer.echo(f"{info['path']}: onnx, opset {info['opset']}, producer {info['producer'] or '?'}")
-        typer.echo("opset imports: " + ", ".join(f"{d} {v}" for d, v in info["opset_imports"].items()))
-    else:
-        typer.echo(f"{info['path']}: tflite, schema {info['schema_version']}, min_runtime_version "
-                   f"{info['min_runtime_version']} ({info['min_runtime_version_source']})")
+    for line in FORMATS[info["format"]].headline(info):
+        typer.echo(line)
     for kind in ("inputs", "outputs"):
         typer.echo(f"{kind}:")
         for tensor in info[kind]:
@@ -288,8 +288,10 @@ def main() -> None:
         typer.echo("exportgate: terminated (SIGTERM)", err=True)
         sys.exit(143)
     except ExportgateError as exc:
+        from verifiers.report import EXIT_CODES
+
         typer.echo(f"exportgate: error: {exc}", err=True)
-        sys.exit(2 if exc.kind == "input" else 4)
+        sys.exit(EXIT_CODES.get(exc.kind, 2))
     except Exception as exc:  # the last guard: one line, and the traceback only on request
         if os.environ.get("EXPORTGATE_DEBUG"):
             raise

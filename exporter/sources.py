@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from verifiers.errors import BadInput, one_line
+from verifiers.errors import BadInput, ExportgateError, one_line
 
 SUPPORTED_DTYPES = {
     "float32", "float16", "float64", "bfloat16", "int8", "int16", "int32", "int64", "uint8", "bool",
@@ -67,6 +67,22 @@ class Source:
         except Exception as exc:
             raise BadInput(f"the source model failed on its inputs: {one_line(exc)}") from exc
 
+    def activation_sites(self, feed: dict[str, np.ndarray]) -> list | str:
+        """The source's GELU and ReLU sites (verifiers.gelu Site records) read as its framework runs
+        it on `feed`, or why they could not be read (the GELU guard then fails the run).
+
+        An export reads them before exporting: an exporter may change the model it is given (the
+        TorchScript exporter's tracing leaves transformers' Swin with tensor window sizes)."""
+        from verifiers.quiet import quiet_exporter
+
+        try:
+            with quiet_exporter():
+                return self.framework.activation_sites(self, feed)
+        except ExportgateError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any capture failure is reported, not raised
+            return one_line(exc)
+
 
 _INPUT_SPEC = re.compile(
     r"^(?P<name>[^:]+):(?P<shape>[0-9x]*|scalar):(?P<dtype>[a-z0-9]+)"
@@ -104,6 +120,15 @@ def parse_dynamic_axis(text: str) -> DynamicAxis:
     if not name or not axis.lstrip("-").isdigit():
         raise BadInput(f"--dynamic {text!r}: expected NAME:AXIS, e.g. input_ids:0")
     return DynamicAxis(name, int(axis))
+
+
+def specs_of_tensors(tensors: list) -> list[InputSpec]:
+    """Input specs read off an artifact's inputs (verifiers.runtimes TensorInfo), for sources that
+    come without example inputs: each dynamic axis gets DEFAULT_DYNAMIC_SIZE."""
+    return [
+        InputSpec(t.name, tuple(d if isinstance(d, int) and d > 0 else DEFAULT_DYNAMIC_SIZE for d in t.shape), t.dtype)
+        for t in tensors
+    ]
 
 
 def make_batches(source: Source, seed: int, count: int) -> list[dict[str, np.ndarray]]:

@@ -12,11 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from verifiers.errors import ExportgateError
-from verifiers.onnx_model import (
-    external_data_files,
-    load_structure,
-    relocate_external_data,
-)
+from verifiers.formats import FORMATS
 
 REJECTED_SUFFIX = ".rejected"
 STAGING_SUFFIX = ".staging"
@@ -27,9 +23,7 @@ def companion_files(path: Path, fmt: str) -> list[str]:
     """Files that travel with an artifact (ONNX external data), relative to its folder. Raises
     BadInput when the artifact names data it may not (outside its folder, not a regular file,
     too short): see verifiers.onnx_model.check_external_data."""
-    if fmt != "onnx" or not path.exists():
-        return []
-    return external_data_files(load_structure(path))
+    return FORMATS[fmt].open(path).companion_files() if path.exists() else []
 
 
 def remove_artifact(path: Path, fmt: str) -> bool:
@@ -129,24 +123,25 @@ class Staging:
             shutil.copy2(self.folder / file, folder / file)
         return folder / self.out.name
 
-    def publish(self) -> Path:
-        """Move the artifact to --out, companions first so the model never names a missing file."""
-        for name in companion_files(self.path, self.format):
+    def publish(self, companions: list[str]) -> Path:
+        """Move the artifact to --out, its companion files (as the artifact lists them) first so the
+        model never names a missing file."""
+        for name in companions:
             os.replace(self.folder / name, self.out.parent / name)
         os.replace(self.path, self.out)
         return self.out
 
-    def reject(self, folder: Path) -> Path:
-        """Keep the artifact as NAME.rejected (companions renamed to match) in `folder`."""
+    def reject(self, folder: Path, companions: list[str]) -> Path:
+        """Keep the artifact as NAME.rejected (its companion files renamed to match) in `folder`."""
         folder.mkdir(parents=True, exist_ok=True)
         rejected = folder / (self.out.name + REJECTED_SUFFIX)
         remove_artifact(rejected, self.format)
         renames = {}
-        for name in companion_files(self.path, self.format):
+        for name in companions:
             stem = self.out.name
             renames[name] = rejected.name + (name[len(stem):] if name.startswith(stem) else f".{name}")
         if renames:
-            relocate_external_data(self.path, renames)
+            FORMATS[self.format].open(self.path).relocate_companions(renames)
             for old, new in renames.items():
                 shutil.move(self.folder / old, folder / new)
         shutil.move(self.path, rejected)

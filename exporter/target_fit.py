@@ -11,12 +11,12 @@ from pathlib import Path
 
 import onnx
 
-from exporter.targets import Target
+from verifiers.targets import Target
 
 
 def fit_ir_version(path: Path, target: Target) -> str | None:
     """Lower the file's IR version to the target's when its opsets allow; a note when it did."""
-    if target.format != "onnx" or target.max_ir_version is None:
+    if target.max_ir_version is None:  # only ONNX targets have one
         return None
     model = onnx.load(str(path), load_external_data=False)
     if model.ir_version <= target.max_ir_version:

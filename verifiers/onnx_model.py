@@ -223,10 +223,10 @@ def _dtype(value_info: onnx.ValueInfoProto) -> str:
     return onnx.helper.tensor_dtype_to_np_dtype(elem).name if elem else "unknown"
 
 
-def describe(path: str | Path) -> dict[str, Any]:
-    """What `exportgate inspect` shows for an ONNX file."""
+def describe(path: str | Path, model: onnx.ModelProto | None = None) -> dict[str, Any]:
+    """What `exportgate inspect` shows for an ONNX file (`model`: its structure, when already read)."""
     path = Path(path)
-    model = load_structure(path)
+    model = model if model is not None else load_structure(path)
     initializer_names = {t.name for t in model.graph.initializer}
     ops = Counter(
         f"{node.domain}.{node.op_type}" if node.domain not in DEFAULT_DOMAINS else node.op_type

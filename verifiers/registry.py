@@ -3,7 +3,9 @@
 Every pluggable kind of thing (artifact formats, runtimes, report writers, source frameworks,
 export routes) is one of these: an entry is a name and a "package.module:attribute" path, so
 listing the names costs nothing and a command imports only the modules it uses. A registered
-object may also be given directly (a test's wrapper, a plug-in already imported).
+object may also be given directly. A registry with a `plugins` group also holds what installed
+distributions declare under that entry-point group (`[project.entry-points."exportgate.runtimes"]`
+in a plug-in's pyproject.toml), read the first time a name is not found or the names are listed.
 """
 
 from __future__ import annotations
@@ -21,11 +23,21 @@ class LazyRegistry(Mapping[str, T], Generic[T]):
     """`kind` names the entries in errors ("runtime", "format"); with `instantiate`, an entry is a
     class and the registry holds one instance of it."""
 
-    def __init__(self, kind: str, entries: dict[str, str], instantiate: bool = False):
+    def __init__(self, kind: str, entries: dict[str, str], instantiate: bool = False, plugins: str | None = None):
         self.kind = kind
         self._where: dict[str, str | Any] = dict(entries)
         self._loaded: dict[str, T] = {}
         self._instantiate = instantiate
+        self._plugins = plugins
+
+    def _read_plugins(self) -> None:
+        if self._plugins is None:
+            return
+        from importlib.metadata import entry_points
+
+        for entry in entry_points(group=self._plugins):
+            self._where.setdefault(entry.name, entry.value)
+        self._plugins = None
 
     def register(self, name: str, where: str | Any) -> None:
         """Add or replace an entry: a "module:attribute" path, or the object itself."""
@@ -39,6 +51,8 @@ class LazyRegistry(Mapping[str, T], Generic[T]):
     def __getitem__(self, name: str) -> T:
         if name not in self._loaded:
             if name not in self._where:
+                self._read_plugins()
+            if name not in self._where:
                 raise KeyError(name)
             where = self._where[name]
             if isinstance(where, str):
@@ -49,15 +63,19 @@ class LazyRegistry(Mapping[str, T], Generic[T]):
 
     def get_or_fail(self, name: str, option: str) -> T:
         """The entry, or a one-line BadInput naming the option and the known names."""
-        if name not in self._where:
+        if name not in self:
             raise BadInput(f"{option} {name}: unknown {self.kind} (known: {', '.join(self)})")
         return self[name]
 
     def __iter__(self) -> Iterator[str]:
+        self._read_plugins()
         return iter(list(self._where))
 
     def __len__(self) -> int:
+        self._read_plugins()
         return len(self._where)
 
     def __contains__(self, name: object) -> bool:
+        if name not in self._where:
+            self._read_plugins()
         return name in self._where

@@ -1,4 +1,5 @@
-"""The report: findings, per-output results, the verdict and its exit code, JSON and a human summary.
+"""The report: findings, per-output results, the verdict and its exit code, and a human summary
+(verifiers.writers writes it to files).
 
 The exit code is derived from the findings here and nowhere else.
 """
@@ -6,14 +7,10 @@ The exit code is derived from the findings here and nowhere else.
 from __future__ import annotations
 
 import contextlib
-import json
-import os
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
-from pathlib import Path
 from typing import Any
 
 # Finding kind -> exit code. Listed from most to least severe: when several kinds are found,
@@ -104,6 +101,7 @@ class Report:
     model: str | None = None
     artifact: ArtifactInfo | None = None
     format: str | None = None
+    runtime: str | None = None  # the runtime that ran the artifact (verifiers.runtimes; verify --runtime)
     requested_opset: int | None = None
     actual_opset: int | None = None
     exporter: str | None = None
@@ -157,21 +155,6 @@ class Report:
         body = asdict(self)
         return {"verdict": self.verdict, "exit_code": self.exit_code, **body}
 
-    def write_json(self, path: str | os.PathLike) -> None:
-        """Write the report atomically (a reader never sees half a report)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w") as fh:
-                json.dump(self.to_dict(), fh, indent=2, default=_json_default)
-                fh.write("\n")
-            os.chmod(tmp, 0o666 & ~_umask())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-
     def summary_lines(self) -> list[str]:
         """A short human summary: the verdict first, then one line per failure. Bad input or
         usage (exit 2: nothing was judged) is one `exportgate: error:` line per failure, like
@@ -214,17 +197,3 @@ class Report:
         if self.rejected_artifact:
             lines.append(f"  rejected artifact kept at {self.rejected_artifact}")
         return lines
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def _json_default(value: Any) -> Any:
-    if hasattr(value, "item"):
-        return value.item()
-    if isinstance(value, Path):
-        return str(value)
-    raise TypeError(f"cannot serialise {type(value).__name__}")

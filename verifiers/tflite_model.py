@@ -600,10 +600,10 @@ def _io(model: TFLiteModel, subgraph: int, entries) -> list[dict[str, Any]]:
     return [{"name": name, "shape": _shape(tensors[i]), "dtype": tensors[i].dtype} for name, i in entries]
 
 
-def describe(path: str | Path) -> dict[str, Any]:
-    """What `exportgate inspect` shows for a TFLite file."""
+def describe(path: str | Path, model: TFLiteModel | None = None) -> dict[str, Any]:
+    """What `exportgate inspect` shows for a TFLite file (`model`: the file, when already read)."""
     path = Path(path)
-    model = load_tflite(path)
+    model = model if model is not None else load_tflite(path)
     counts = Counter(name for name, _ in used_ops(model))
     versions = sorted(set(used_ops(model)))
     computed = computed_min_runtime_version(model)

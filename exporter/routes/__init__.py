@@ -1,4 +1,5 @@
-"""Export routes, one per (framework, format), found through a registry.
+"""Export routes, one per (framework, format), found through a lazy registry (a route's module is
+imported only when a command exports along it or asks what it accepts).
 
 A route takes a Source and an ExportRequest, writes the artifact at the path it is given (plus any
 external data beside it) and returns what it did. Exporter quirks stay inside the route that has them.
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Callable
 
 from verifiers.errors import BadInput
+from verifiers.registry import LazyRegistry
 from exporter.sources import DynamicAxis, Source
 
 Progress = Callable[[str], None]
@@ -43,22 +45,26 @@ class Route:
         raise NotImplementedError
 
 
-ROUTES: dict[tuple[str, str], Route] = {}
+ROUTES: LazyRegistry[Route] = LazyRegistry("route", {
+    "torch->onnx": "exporter.routes.torch_onnx:TorchToOnnx",
+    "keras->onnx": "exporter.routes.keras_onnx:KerasToOnnx",
+    "keras->tflite": "exporter.routes.keras_tflite:KerasToTflite",
+    "torch->tflite": "exporter.routes.torch_tflite:TorchToTflite",
+}, instantiate=True)
 
 
-def register(cls: type[Route]) -> type[Route]:
-    ROUTES[(cls.framework, cls.format)] = cls()
-    return cls
+def _key(framework: str, fmt: str) -> str:
+    return f"{framework}->{fmt}"
 
 
 def formats() -> list[str]:
-    return sorted({fmt for _, fmt in ROUTES})
+    return sorted({key.partition("->")[2] for key in ROUTES})
 
 
 def check_request(fmt: str, exporter: str = "auto", quantize: str | None = None) -> None:
     """What can be checked of --to, --exporter and --quantize before the model (and so its
     framework) is known: each must be an option of some route to `fmt`."""
-    routes = [route for (_, route_fmt), route in ROUTES.items() if route_fmt == fmt]
+    routes = [ROUTES[key] for key in ROUTES if key.partition("->")[2] == fmt]
     if not routes:
         raise BadInput(f"--to {fmt!r}: choose one of {', '.join(formats())}")
     exporters = sorted({name for route in routes for name in route.exporters})
@@ -71,9 +77,9 @@ def check_request(fmt: str, exporter: str = "auto", quantize: str | None = None)
 
 
 def route_for(framework: str, fmt: str, exporter: str = "auto", quantize: str | None = None) -> Route:
-    route = ROUTES.get((framework, fmt))
-    if route is None:
+    if _key(framework, fmt) not in ROUTES:
         raise BadInput(f"no route exports {framework} models to {fmt} (formats: {', '.join(formats())})")
+    route = ROUTES[_key(framework, fmt)]
     if exporter != "auto" and exporter not in route.exporters:
         raise BadInput(
             f"--exporter {exporter!r} does not export {framework} to {fmt} "
@@ -84,5 +90,3 @@ def route_for(framework: str, fmt: str, exporter: str = "auto", quantize: str | 
         raise BadInput(f"--quantize {quantize!r} is not an option of {framework} -> {fmt} ({modes})")
     return route
 
-
-from exporter.routes import keras_onnx, keras_tflite, torch_onnx, torch_tflite  # noqa: F401  (registration)

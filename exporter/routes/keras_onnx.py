@@ -32,7 +32,7 @@ import numpy as np
 from verifiers.errors import Incompatible, one_line
 from exporter.frameworks import FRAMEWORKS
 from exporter.frameworks.keras_framework import prepare_keras_environment
-from exporter.routes import ExportRequest, ExportResult, Route, register
+from exporter.routes import ExportRequest, ExportResult, Route
 from verifiers.quiet import quiet_exporter
 from exporter.sources import Source
 
@@ -179,7 +179,6 @@ def _rename(proto, renames: dict[str, str]) -> None:
         value.name = renames.get(value.name, value.name)
 
 
-@register
 class KerasToOnnx(Route):
     framework = "keras"
     format = "onnx"

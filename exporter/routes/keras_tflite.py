@@ -23,7 +23,7 @@ from pathlib import Path
 from verifiers.errors import BadInput, Incompatible, one_line
 from exporter.frameworks import FRAMEWORKS
 from exporter.frameworks.keras_framework import prepare_keras_environment
-from exporter.routes import ExportRequest, ExportResult, Route, register
+from exporter.routes import ExportRequest, ExportResult, Route
 from verifiers.quiet import quiet_exporter
 from exporter.sources import Source
 
@@ -101,7 +101,6 @@ def quantize_notes(quantize: str | None, content: bytes, converter: str, why: st
     return notes
 
 
-@register
 class KerasToTflite(Route):
     framework = "keras"
     format = "tflite"

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from verifiers.errors import ExportgateError, Incompatible, one_line
 from exporter.frameworks import FRAMEWORKS
-from exporter.routes import ExportRequest, ExportResult, Route, register
+from exporter.routes import ExportRequest, ExportResult, Route
 from exporter.routes import torchscript_symbolics
 from verifiers.quiet import quiet_exporter
 from exporter.sources import Source
@@ -150,7 +150,6 @@ def exporter_order(opset: int | None, choice: str) -> list[str]:
     return ["dynamo", "torchscript"]
 
 
-@register
 class TorchToOnnx(Route):
     framework = "torch"
     format = "onnx"

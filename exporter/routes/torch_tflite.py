@@ -28,7 +28,7 @@ from pathlib import Path
 
 from verifiers.errors import Incompatible, MissingFramework, one_line
 from exporter.frameworks import FRAMEWORKS
-from exporter.routes import ExportRequest, ExportResult, Route, register
+from exporter.routes import ExportRequest, ExportResult, Route
 from exporter.routes.keras_tflite import (
     QUANTIZE_MODES,
     check_converted,
@@ -154,7 +154,6 @@ def _quant_config(quantize: str | None):
     return quant_recipes.full_dynamic_recipe()
 
 
-@register
 class TorchToTflite(Route):
     framework = "torch"
     format = "tflite"

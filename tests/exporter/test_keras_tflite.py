@@ -6,13 +6,13 @@ import pytest
 
 from verifiers.errors import BadInput, Incompatible
 from exporter.frameworks import FRAMEWORKS
-from exporter.routes import ROUTES, ExportRequest
+from exporter.routes import ExportRequest, route_for
 from exporter.frameworks import load_source
 from exporter.sources import DynamicAxis, make_batches
 from fixtures.specs import keras_model
 from verifiers.gelu.catalogue import TANH
 from verifiers.gelu.tflite_sites import find_tflite_sites
-from verifiers.runtimes import runner_for
+from verifiers.runtimes import runtime_for
 from verifiers.runtimes.litert_runner import LiteRtRunner
 from verifiers.tflite_model import load_tflite
 
@@ -43,7 +43,7 @@ def export(tmp_path_factory):
             feeds = make_batches(source, 0, 2)
             reference = [source.run(feed) for feed in feeds]
             path = folder / f"{name}_{quantize}_{len(cache)}.tflite"
-            result = ROUTES[("keras", "tflite")].export(
+            result = route_for("keras", "tflite").export(
                 source, ExportRequest("tflite", output_names=reference[0][0], sample_inputs=feeds[0],
                                       quantize=quantize, **request),
                 path, progress=lambda m: None)
@@ -69,7 +69,7 @@ def test_matches_keras_in_both_interpreters(export, name, quantize):
 
     assert path.read_bytes()[4:8] == b"TFL3"
     assert result.exporter.startswith("tf.lite.TFLiteConverter")
-    runner = runner_for("tflite")(path)
+    runner = runtime_for("tflite")(path)
     assert [i.name for i in runner.inputs] == source.input_names
     errors = max_errors(runner, feeds, reference)
     assert max(errors.values()) < ATOL[quantize], errors
@@ -137,7 +137,7 @@ def test_several_inputs_and_outputs_keep_their_names_and_order(tmp_path):
     source = _source(model)
     feed = make_batches(source, 0, 1)[0]
     names, _, arrays = source.run(feed)
-    ROUTES[("keras", "tflite")].export(source, ExportRequest("tflite", output_names=names, sample_inputs=feed),
+    route_for("keras", "tflite").export(source, ExportRequest("tflite", output_names=names, sample_inputs=feed),
                                        tmp_path / "m.tflite", progress=lambda m: None)
     runner = LiteRtRunner(tmp_path / "m.tflite")
     assert [i.name for i in runner.inputs] == ["zeta", "alpha"] == source.input_names
@@ -154,7 +154,7 @@ def test_an_op_without_builtin_is_exit_4_naming_it(tmp_path):
     features = keras.Input((8,), name="features")
     model = keras.Model(features, keras.layers.Lambda(lambda t: tf.math.erf(t) * t)(keras.layers.Dense(8)(features)))
     with pytest.raises(Incompatible, match="Erf") as caught:
-        ROUTES[("keras", "tflite")].export(_source(model), ExportRequest("tflite"), tmp_path / "m.tflite",
+        route_for("keras", "tflite").export(_source(model), ExportRequest("tflite"), tmp_path / "m.tflite",
                                            progress=lambda m: None)
     assert "FlexErf" in str(caught.value) and "\n" not in str(caught.value)
     assert caught.value.kind == "target"
@@ -167,5 +167,5 @@ def test_an_op_without_builtin_is_exit_4_naming_it(tmp_path):
 def test_bad_options_are_bad_input(tmp_path, request_args, message):
     source = load_source(keras_model("functional_activation"))
     with pytest.raises(BadInput, match=message):
-        ROUTES[("keras", "tflite")].export(source, ExportRequest("tflite", **request_args), tmp_path / "m.tflite",
+        route_for("keras", "tflite").export(source, ExportRequest("tflite", **request_args), tmp_path / "m.tflite",
                                            progress=lambda m: None)

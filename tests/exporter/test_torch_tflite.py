@@ -5,13 +5,13 @@ import numpy as np
 import pytest
 
 from verifiers.errors import Incompatible
-from exporter.routes import ROUTES, ExportRequest
+from exporter.routes import ExportRequest, route_for
 from exporter.frameworks import load_source
 from exporter.sources import DynamicAxis, make_batches
 from fixtures.specs import torch_model
 from verifiers.gelu.catalogue import TANH
 from verifiers.gelu.tflite_sites import find_tflite_sites
-from verifiers.runtimes import runner_for
+from verifiers.runtimes import runtime_for
 from verifiers.runtimes.litert_runner import LiteRtRunner
 from verifiers.tflite_model import load_tflite
 
@@ -38,7 +38,7 @@ def export(tmp_path_factory):
             feeds = make_batches(source, 0, 2)
             reference = [source.run(feed) for feed in feeds]
             path = folder / f"{name}_{quantize}.tflite"
-            result = ROUTES[("torch", "tflite")].export(
+            result = route_for("torch", "tflite").export(
                 source, ExportRequest("tflite", output_names=reference[0][0], sample_inputs=feeds[0],
                                       quantize=quantize),
                 path, progress=lambda m: None)
@@ -65,7 +65,7 @@ def test_matches_torch_in_both_interpreters(export, name, quantize):
     assert path.read_bytes()[4:8] == b"TFL3"
     assert result.exporter.startswith("litert-torch ")
     assert any("NCHW" in note for note in result.notes)
-    runner = runner_for("tflite")(path)
+    runner = runtime_for("tflite")(path)
     assert [i.name for i in runner.inputs] == source.input_names  # not args_0
     errors = max_errors(runner, feeds, reference)
     assert max(errors.values()) < ATOL[quantize], errors
@@ -93,7 +93,7 @@ def test_keyword_inputs_keep_their_names_and_int64(export):
 def test_dynamic_axes_are_refused(tmp_path):
     source = load_source(torch_model("mlp_exact"))
     with pytest.raises(Incompatible, match="dynamic"):
-        ROUTES[("torch", "tflite")].export(
+        route_for("torch", "tflite").export(
             source, ExportRequest("tflite", dynamic=[DynamicAxis("input", 0)], sample_inputs=source.example),
             tmp_path / "m.tflite", progress=lambda m: None)
 
@@ -101,7 +101,7 @@ def test_dynamic_axes_are_refused(tmp_path):
 def test_without_output_names_or_sample_inputs(tmp_path):
     """Called bare, the route takes the example inputs and the source's own output names."""
     source = load_source(torch_model("mlp_tanh"))
-    ROUTES[("torch", "tflite")].export(source, ExportRequest("tflite"), tmp_path / "m.tflite", progress=lambda m: None)
+    route_for("torch", "tflite").export(source, ExportRequest("tflite"), tmp_path / "m.tflite", progress=lambda m: None)
     runner = LiteRtRunner(tmp_path / "m.tflite")
     assert [o.name for o in runner.outputs] == ["output"]
     feed = make_batches(source, 3, 1)[-1]
@@ -117,7 +117,7 @@ def test_torch_export_program(tmp_path):
     model, example = block_exact()
     torch.export.save(torch.export.export(model, example), tmp_path / "block.pt2")
     source = load_source(str(tmp_path / "block.pt2"), trust_source=True)
-    ROUTES[("torch", "tflite")].export(source, ExportRequest("tflite"), tmp_path / "m.tflite", progress=lambda m: None)
+    route_for("torch", "tflite").export(source, ExportRequest("tflite"), tmp_path / "m.tflite", progress=lambda m: None)
     runner = LiteRtRunner(tmp_path / "m.tflite")
     assert [i.name for i in runner.inputs] == source.input_names
     feed = make_batches(source, 0, 1)[0]

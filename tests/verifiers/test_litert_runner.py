@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from exporter.frameworks import FRAMEWORKS
-from exporter.routes import ROUTES, ExportRequest
-from verifiers.runtimes import InvalidArtifact, runner_for
+from exporter.routes import ExportRequest, route_for
+from verifiers.runtimes import InvalidArtifact, runtime_for
 from verifiers.runtimes.litert_runner import LiteRtRunner
 
 GRID = np.linspace(-10, 10, 2001, dtype=np.float32).reshape(1, -1)
@@ -28,7 +28,7 @@ def gelu_model(tmp_path_factory):
     model = keras.Model(x, keras.layers.Activation("gelu", name="y")(x))
     source = FRAMEWORKS["keras"].make_source("gelu", model, None, [], [])
     path = tmp_path_factory.mktemp("litert") / "gelu.tflite"
-    ROUTES[("keras", "tflite")].export(source, ExportRequest("tflite", output_names=["y"]), path,
+    route_for("keras", "tflite").export(source, ExportRequest("tflite", output_names=["y"]), path,
                                        progress=lambda m: None)
     return path
 
@@ -49,7 +49,7 @@ def unsigned_model(gelu_model):
 
 
 def test_registered_for_tflite():
-    assert runner_for("tflite") is LiteRtRunner
+    assert runtime_for("tflite") is LiteRtRunner
     assert LiteRtRunner.runtime == "ai-edge-litert"
 
 

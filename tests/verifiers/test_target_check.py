@@ -16,7 +16,7 @@ import pytest
 import yaml
 from onnx import TensorProto, helper
 
-from exporter.targets import load_targets
+from verifiers.targets import load_targets
 from fixtures import make_broken_tflite as mbt
 from verifiers.report import Report
 from verifiers.target_check import (
@@ -375,7 +375,7 @@ def test_incompatibility_kind_is_checked():
 def test_no_tensorflow_or_torch_import(tflite_file, onnx_file):
     code = textwrap.dedent(f"""
         import sys
-        from exporter.targets import load_targets
+        from verifiers.targets import load_targets
         from verifiers.target_check import check_artifact
         targets = load_targets()
         assert check_artifact({str(tflite_file("gelu"))!r}, targets["tflite-2.8"])

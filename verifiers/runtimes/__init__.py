@@ -1,17 +1,25 @@
-"""Runtimes that load an artifact and run it on CPU, one runner per artifact format, found through a registry.
+"""Runtimes that load an artifact and run it on CPU, found by name in a lazy registry.
 
-Every runner has the same interface: `Runner(path)` loads (and validates) the artifact, `inputs` and
-`outputs` describe its tensors, `run(feed)` maps input names to arrays and returns the outputs in order.
+Every runner has the same interface: `Runner(model)` loads (and validates) an artifact given as a
+path or as the bytes of an in-memory model; `inputs` and `outputs` describe its tensors; `run_all`
+maps input names to arrays and returns the outputs of every variant (way the runtime runs it).
+`infer` is what callers use: it checks the feed against the input metadata, then runs and times it.
+
+A format names the runtime that runs it by default (verifiers.formats); `verify --runtime NAME`
+picks another registered for the same format. A new runtime is one module and one line in RUNTIMES
+(or, outside exportgate, an entry point in the "exportgate.runtimes" group).
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from verifiers.errors import ExportgateError
+from verifiers.errors import BadInput, ExportgateError
+from verifiers.registry import LazyRegistry
 
 
 @dataclass(frozen=True)
@@ -29,11 +37,11 @@ class InvalidArtifact(ExportgateError):
 
 
 class Runner:
-    format: str
-    runtime: str  # distribution name, for the report
+    runtime: str  # its name in RUNTIMES, and the distribution whose version the report records
+    formats: tuple[str, ...]  # artifact formats it runs
     variants: tuple[str, ...] = ("default",)  # ways it runs an artifact; the first is the one that ships
 
-    def __init__(self, path: Path):
+    def __init__(self, model: Path | bytes):
         raise NotImplementedError
 
     inputs: list[TensorInfo]
@@ -46,28 +54,97 @@ class Runner:
         """Outputs of every variant, by variant name."""
         return {self.variants[0]: self.run(feed)}
 
+    def infer(self, feed: dict[str, np.ndarray]) -> dict[str, list[np.ndarray]]:
+        """`run_all` on a feed checked against the inputs (names, dtypes, shapes), timed in
+        `run_seconds`."""
+        self.check_feed(feed)
+        start = time.perf_counter()
+        try:
+            return self.run_all(feed)
+        finally:
+            self.run_seconds = getattr(self, "run_seconds", 0.0) + time.perf_counter() - start
 
-RUNNERS: dict[str, type[Runner]] = {}
+    def check_feed(self, feed: dict[str, np.ndarray]) -> None:
+        """BadInput when the feed does not fit the inputs: a runtime that resizes inputs (LiteRT)
+        would run it anyway and only the outputs would be wrong."""
+        missing = [i.name for i in self.inputs if i.name not in feed]
+        if missing:
+            raise BadInput(f"no value for the artifact's input(s) {', '.join(missing)}")
+        for info in self.inputs:
+            value = feed[info.name]
+            if value.dtype.name != info.dtype:
+                raise BadInput(f"input {info.name}: the artifact takes {info.dtype}, the source {value.dtype.name}")
+            mismatch = shape_mismatch(info.shape, list(value.shape))
+            if mismatch:
+                raise BadInput(f"input {info.name}: {mismatch}")
 
 
-def register(cls: type[Runner]) -> type[Runner]:
-    RUNNERS[cls.format] = cls
-    return cls
+def shape_mismatch(declared: list, fed: list[int]) -> str | None:
+    """Why an input of the declared shape (None or a name for a dynamic axis) cannot take an
+    array of shape `fed`, or None; a permutation of the same sizes is named as a layout."""
+    shown = [d if isinstance(d, int) else "?" for d in declared]
+    if len(declared) != len(fed):
+        return f"the artifact takes rank {len(declared)} {shown}, the source feeds rank {len(fed)} {fed}"
+    axes = [i for i, (d, f) in enumerate(zip(declared, fed)) if isinstance(d, int) and d >= 0 and d != f]
+    if not axes:
+        return None
+    which = f"axis {axes[0]} differs" if len(axes) == 1 else f"axes {', '.join(map(str, axes))} differ"
+    message = f"the artifact takes {shown}, the source feeds {fed} ({which})"
+    if all(isinstance(d, int) for d in declared) and sorted(declared) != sorted(fed):
+        return message
+    perm = _layout_permutation(declared, fed)
+    if perm is not None:
+        message += f"; the same sizes in another order: the artifact's layout looks like the source's transposed by {perm}"
+    return message
 
 
-def runner_for(fmt: str) -> type[Runner]:
-    try:
-        return RUNNERS[fmt]
-    except KeyError:
-        raise ExportgateError(f"no runtime here runs {fmt} artifacts", kind="target") from None
+def _layout_permutation(declared: list, fed: list[int]) -> list[int] | None:
+    """A permutation p with declared[i] == fed[p[i]] (dynamic axes match anything), keeping equal
+    sizes in their order (NCHW from NHWC is [0, 3, 1, 2]); None when there is none."""
+    used: set[int] = set()
+    perm = []
+    for dim in declared:
+        candidates = [j for j in range(len(fed)) if j not in used and (not isinstance(dim, int) or fed[j] == dim)]
+        if not candidates:
+            return None
+        j = candidates[0]
+        used.add(j)
+        perm.append(j)
+    return perm
 
 
-def open_runner(fmt: str, path: Path) -> Runner:
-    """The runner for `fmt` loading `path` in a worker process (verifiers.runtimes.isolation), so
-    a runtime that crashes or hangs on the artifact gives a verdict, not a dead exportgate."""
+# Runtimes installed as plug-ins add themselves under the "exportgate.runtimes" entry-point group.
+RUNTIMES: LazyRegistry[type[Runner]] = LazyRegistry("runtime", {
+    "onnxruntime": "verifiers.runtimes.onnxruntime_runner:OnnxRuntimeRunner",
+    "ai-edge-litert": "verifiers.runtimes.litert_runner:LiteRtRunner",
+}, plugins="exportgate.runtimes")
+
+
+def runtime_for(fmt: str, name: str | None = None) -> type[Runner]:
+    """The runner class called `name` (the format's default runtime when None); BadInput when no
+    runtime of that name is registered or it does not run `fmt` artifacts."""
+    from verifiers.formats import FORMATS
+
+    name = name or FORMATS[fmt].runtime
+    runner = RUNTIMES.get_or_fail(name, "--runtime")
+    if fmt not in runner.formats:
+        runs = [n for n in RUNTIMES if fmt in RUNTIMES[n].formats]
+        raise BadInput(f"--runtime {name}: runs {', '.join(runner.formats)} artifacts, not {fmt} "
+                       f"(for {fmt}: {', '.join(runs)})")
+    return runner
+
+
+def open_runner(fmt: str, model: Path | bytes, runtime: str | None = None) -> Runner:
+    """The runtime `runtime` (the format's default when None) loading `model` in a worker process
+    (verifiers.runtimes.isolation), so a runtime that crashes or hangs on the artifact gives a
+    verdict, not a dead exportgate."""
     from verifiers.runtimes.isolation import IsolatedRunner
 
-    return IsolatedRunner(runner_for(fmt), path)
+    return IsolatedRunner(runtime_for(fmt, runtime), model)
 
 
-from verifiers.runtimes import litert_runner, onnxruntime_runner  # noqa: F401  (registration)
+def run_model(runner_class: type[Runner], model: Path | bytes, feeds: list[dict[str, np.ndarray]]) -> list[list[np.ndarray]]:
+    """`runner_class(model)` on every feed (a module-level function, for a runtime worker: a
+    variant of an artifact runs beside it)."""
+    runner = runner_class(model)
+    return [runner.run(feed) for feed in feeds]

@@ -6,7 +6,7 @@ dead or stuck exportgate. Every load and run of an artifact (the comparison's ru
 probes, the sensitivity run, inspect's measurements) goes through here:
 
   call(fn, *args, runtime=..., step=...)   fn(*args) in a fresh worker, its result returned
-  IsolatedRunner(runner_class, path)        a Runner whose loads and runs happen in one worker
+  IsolatedRunner(runner_class, model)       a Runner whose loads and runs happen in one worker
 
 The worker is a fresh interpreter (no fork of a process holding torch or TensorFlow threads), with
 an address-space limit (RLIMIT_AS) and a time limit per step; both come from `LIMITS`, which
@@ -161,13 +161,14 @@ def serve(fd: int, memory: int) -> None:
                 _, fn, args = message
                 value = fn(*args)
             elif op == "open":
-                _, runner_class, path = message
+                _, runner_class, model = message
                 try:
-                    runner = runner_class(path)
+                    runner = runner_class(model)
                 except (ExportgateError, MemoryError):
                     raise
                 except Exception as exc:  # the runtime's own loader refused the file
-                    raise InvalidArtifact(f"{path}: {runner_class.runtime} cannot load it: {one_line(exc)}") from exc
+                    raise InvalidArtifact(f"{_model_name(model)}: {runner_class.runtime} cannot load it: "
+                                          f"{one_line(exc)}") from exc
                 value = (runner.inputs, runner.outputs, runner.variants)
             else:  # "run_all"
                 value = runner.run_all(message[1])
@@ -180,6 +181,10 @@ def serve(fd: int, memory: int) -> None:
             conn.send(reply)
         except Exception as exc:  # a result or an error that does not pickle
             conn.send(("error", RuntimeError(f"{type(exc).__name__}: {exc}")))
+
+
+def _model_name(model: Path | bytes) -> str:
+    return "<in-memory model>" if isinstance(model, (bytes, bytearray)) else str(model)
 
 
 def _portable(exc: BaseException) -> BaseException:
@@ -209,12 +214,14 @@ def call(fn: Callable, *args, runtime: str, step: str, runner: Runner | None = N
 
 
 class IsolatedRunner(Runner):
-    """`runner_class(path)` living in a worker: the same inputs, outputs, variants and runs."""
+    """`runner_class(model)` living in a worker: the same inputs, outputs, variants and runs."""
 
-    def __init__(self, runner_class: type[Runner], path: Path):
-        self.format, self.runtime, self.path = runner_class.format, runner_class.runtime, Path(path)
+    def __init__(self, runner_class: type[Runner], model: Path | bytes):
+        self.formats, self.runtime = runner_class.formats, runner_class.runtime
+        model = model if isinstance(model, (bytes, bytearray)) else Path(model)
         self._worker = _Worker(runner_class.runtime)
-        inputs, outputs, variants = self._worker.request(f"loading {self.path.name}", "open", runner_class, self.path)
+        inputs, outputs, variants = self._worker.request(f"loading {Path(_model_name(model)).name}", "open",
+                                                         runner_class, model)
         self.inputs: list[TensorInfo] = inputs
         self.outputs: list[TensorInfo] = outputs
         self.variants = variants

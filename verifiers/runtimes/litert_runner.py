@@ -19,20 +19,21 @@ import numpy as np
 
 from verifiers.errors import ExportgateError, one_line
 from verifiers.quiet import native_output_captured
-from verifiers.runtimes import InvalidArtifact, Runner, TensorInfo, register
+from verifiers.runtimes import InvalidArtifact, Runner, TensorInfo
 
 DEFAULT_SIGNATURE = "serving_default"
 
 
-@register
 class LiteRtRunner(Runner):
-    format = "tflite"
     runtime = "ai-edge-litert"
+    formats = ("tflite",)
     variants = ("xnnpack", "builtin")  # the default resolver (XNNPACK delegate), the plain builtin kernels
 
-    def __init__(self, path: Path):
-        self.path = Path(path)
-        validate_file(self.path)
+    def __init__(self, model: Path | bytes):
+        in_memory = isinstance(model, (bytes, bytearray))
+        self.path = Path("<in-memory model>") if in_memory else Path(model)
+        self._source = {"model_content": bytes(model)} if in_memory else {"model_path": str(self.path)}
+        validate(model)
         with native_output_captured():  # LiteRT announces its XNNPACK delegate on stderr
             self._load()
 
@@ -50,7 +51,7 @@ class LiteRtRunner(Runner):
         self.interpreters = {}
         for key, resolver in resolvers.items():
             try:
-                interpreter = Interpreter(model_path=str(self.path), experimental_op_resolver_type=resolver)
+                interpreter = Interpreter(**self._source, experimental_op_resolver_type=resolver)
             except Exception as exc:
                 raise InvalidArtifact(f"{self.path}: ai-edge-litert cannot load it: {one_line(exc)}") from exc
             self.interpreters[key] = interpreter
@@ -126,12 +127,12 @@ def _info(name: str, detail: dict) -> TensorInfo:
     return TensorInfo(name, shape, np.dtype(detail["dtype"]).name)
 
 
-def validate_file(path: Path) -> None:
+def validate(model: Path | bytes) -> None:
     """Refuse what is not a whole TFLite flatbuffer before the interpreter touches it
     (verifiers.tflite_model checks the identifier, every offset and every index)."""
-    from verifiers.tflite_model import load_tflite
+    from verifiers.tflite_model import as_model
 
     try:
-        load_tflite(path)
+        as_model(model)
     except ExportgateError as exc:  # one line naming the file
         raise InvalidArtifact(str(exc)) from exc

@@ -1,4 +1,8 @@
-"""ONNX artifacts: onnx.checker (full check), then an onnxruntime CPU session with default options."""
+"""onnxruntime: onnx.checker (full check) on a file, then a CPU session with default options.
+
+An in-memory model (the bytes of a variant built from an artifact already checked, such as the
+GELU-swapped one) goes straight to a session.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from verifiers.errors import Incompatible, one_line
-from verifiers.runtimes import InvalidArtifact, Runner, TensorInfo, register
+from verifiers.runtimes import InvalidArtifact, Runner, TensorInfo
 
 _ORT_TYPES = {
     "tensor(float)": "float32",
@@ -26,25 +30,21 @@ _ORT_TYPES = {
 _RUNTIME_TOO_OLD = ("opset", "ir version", "ir_version", "not implemented", "unsupported")
 
 
-@register
 class OnnxRuntimeRunner(Runner):
-    format = "onnx"
     runtime = "onnxruntime"
+    formats = ("onnx",)
 
-    def __init__(self, path: Path):
-        import onnx
+    def __init__(self, model: Path | bytes):
         import onnxruntime as ort
 
-        from verifiers.onnx_model import load_structure
-
-        self.path = Path(path)
-        load_structure(self.path)  # refuses external data outside the model's folder before any read
+        if isinstance(model, (bytes, bytearray)):
+            self.path, source = Path("<in-memory model>"), bytes(model)
+        else:
+            self.path = source = Path(model)
+            self._check_file(self.path)
         try:
-            onnx.checker.check_model(str(self.path), full_check=True)
-        except Exception as exc:
-            raise InvalidArtifact(f"{self.path}: fails onnx.checker: {one_line(exc)}") from exc
-        try:
-            self.session = ort.InferenceSession(str(self.path), providers=["CPUExecutionProvider"])
+            self.session = ort.InferenceSession(source if isinstance(source, bytes) else str(source),
+                                                providers=["CPUExecutionProvider"])
         except Exception as exc:
             message = one_line(exc)
             if any(marker in message.lower() for marker in _RUNTIME_TOO_OLD):
@@ -54,6 +54,18 @@ class OnnxRuntimeRunner(Runner):
             raise InvalidArtifact(f"{self.path}: onnxruntime cannot load it: {message}") from exc
         self.inputs = [_info(i) for i in self.session.get_inputs()]
         self.outputs = [_info(o) for o in self.session.get_outputs()]
+
+    @staticmethod
+    def _check_file(path: Path) -> None:
+        import onnx
+
+        from verifiers.formats import opened
+
+        opened("onnx", path).model  # refuses external data outside the model's folder before any read
+        try:
+            onnx.checker.check_model(str(path), full_check=True)
+        except Exception as exc:
+            raise InvalidArtifact(f"{path}: fails onnx.checker: {one_line(exc)}") from exc
 
     def run(self, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
         return self.session.run(None, feed)

@@ -14,15 +14,10 @@ from pathlib import Path
 import yaml
 
 from verifiers.errors import BadInput, one_line
+from verifiers.formats import FORMATS
 
 SCHEMA = 1
-FORMATS = ("onnx", "tflite")
-# Per format: the version-limit field and the gelu flags.
-LIMIT_FIELD = {"onnx": "max_opset", "tflite": "max_runtime_version"}
-GELU_FLAGS = {
-    "onnx": ("gelu_op", "erf", "contrib_gelu"),
-    "tflite": ("builtin", "builtin_int8", "tanh_chain", "sign_op"),
-}
+# Each format says its version-limit field, its other fields and its gelu flags (verifiers.formats).
 COMMON_FIELDS = {"format", "runtime", "version", "gelu", "dtypes", "op_gaps", "sources", "confirmed_by_test"}
 
 
@@ -59,7 +54,7 @@ class Target:
     def fact_keys(self) -> set[str]:
         """The facts this entry claims: each needs a source."""
         keys = {f"gelu.{flag}" for flag, value in self.gelu.items() if value is not None}
-        limit = LIMIT_FIELD[self.format]
+        limit = FORMATS[self.format].target_limit
         if getattr(self, limit) is not None:
             keys.add(limit)
         if self.max_ir_version is not None:
@@ -72,12 +67,12 @@ class Target:
 
 
 def packaged_matrix_path() -> Path:
-    """The wheel ships exporter/opset_matrix.yaml; a source checkout has it at the repo root."""
+    """The wheel ships verifiers/opset_matrix.yaml; a source checkout has it at the repository root."""
     here = Path(__file__).parent
     for candidate in (here / "opset_matrix.yaml", here.parent / "opset_matrix.yaml"):
         if candidate.is_file():
             return candidate
-    raise BadInput("opset_matrix.yaml not found next to exporter/ or at the repository root")
+    raise BadInput("opset_matrix.yaml not found next to verifiers/ or at the repository root")
 
 
 def load_targets(extra: Path | None = None) -> dict[str, Target]:
@@ -125,8 +120,8 @@ def _build(name: str, raw: object, label: str) -> Target:
     fmt = raw.get("format")
     if fmt not in FORMATS:
         raise fail("format", f"must be one of {', '.join(FORMATS)}")
-    limit = LIMIT_FIELD[fmt]
-    unknown = sorted(set(raw) - COMMON_FIELDS - {limit} - ({"max_ir_version"} if fmt == "onnx" else set()))
+    artifact_format = FORMATS[fmt]
+    unknown = sorted(set(raw) - COMMON_FIELDS - {artifact_format.target_limit} - set(artifact_format.target_fields))
     if unknown:
         raise fail(unknown[0], f"is not a field of {fmt} targets")
 
@@ -144,34 +139,20 @@ def _build(name: str, raw: object, label: str) -> Target:
     runtime = text("runtime", raw.get("runtime"))
     version = text("version", raw.get("version"))
 
-    max_opset = max_runtime_version = max_ir_version = None
-    if fmt == "onnx":
-        max_opset = raw.get("max_opset")
-        if isinstance(max_opset, bool) or not isinstance(max_opset, int):
-            raise fail("max_opset", "must be an integer")
-        if max_opset < 1:
-            raise fail("max_opset", "must be positive")
-        max_ir_version = raw.get("max_ir_version")
-        if max_ir_version is not None and (isinstance(max_ir_version, bool) or not isinstance(max_ir_version, int)
-                                           or max_ir_version < 1):
-            raise fail("max_ir_version", "must be a positive integer or null")
-    else:
-        if limit not in raw:
-            raise fail(limit, "is required (null when not sourced)")
-        if raw[limit] is not None:
-            max_runtime_version = text(limit, raw[limit])
+    limits = {"max_opset": None, "max_ir_version": None, "max_runtime_version": None}
+    limits.update(artifact_format.target_limits(raw, fail))
 
     gelu_raw = raw.get("gelu")
     if not isinstance(gelu_raw, dict):
-        raise fail("gelu", f"must be a mapping with {', '.join(GELU_FLAGS[fmt])}")
+        raise fail("gelu", f"must be a mapping with {', '.join(artifact_format.gelu_flags)}")
     gelu = {}
-    for flag in GELU_FLAGS[fmt]:
+    for flag in artifact_format.gelu_flags:
         if flag not in gelu_raw:
             raise fail(f"gelu.{flag}", "is required (null when not sourced)")
         if gelu_raw[flag] is not None and not isinstance(gelu_raw[flag], bool):
             raise fail(f"gelu.{flag}", "must be true, false or null")
         gelu[flag] = gelu_raw[flag]
-    extra_flags = sorted(set(gelu_raw) - set(GELU_FLAGS[fmt]))
+    extra_flags = sorted(set(gelu_raw) - set(artifact_format.gelu_flags))
     if extra_flags:
         raise fail(f"gelu.{extra_flags[0]}", f"is not a gelu flag of {fmt} targets")
 
@@ -198,9 +179,7 @@ def _build(name: str, raw: object, label: str) -> Target:
         format=fmt,
         runtime=runtime,
         version=version,
-        max_opset=max_opset,
-        max_ir_version=max_ir_version,
-        max_runtime_version=max_runtime_version,
+        **limits,
         gelu=gelu,
         dtypes=dtypes,
         op_gaps=tuple(op_gaps),

@@ -1,0 +1,159 @@
+"""Artifact formats (ONNX, TFLite) behind one interface, found through a lazy registry.
+
+A format recognises its files, opens one into an `Artifact` (read once from disk; every step
+passes the same object along), and knows what the matrix says of its targets. An artifact lists
+its companion files, describes itself, gives its facts for the report, finds its GELU sites and
+checks itself against a target. A new format is one module here and one line in FORMATS.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from verifiers.errors import BadInput
+from verifiers.registry import LazyRegistry
+
+if TYPE_CHECKING:
+    from verifiers.report import Report
+    from verifiers.target_check import Incompatibility
+    from verifiers.targets import Target
+
+
+class Artifact:
+    """One artifact file, parsed at most once. Subclasses hold the parsed structure."""
+
+    gelu_rewritable = False  # whether `gelu_swapped` can write a site's GELU as another flavour
+
+    def __init__(self, path: str | Path, fmt: "ArtifactFormat"):
+        self.path = Path(path)
+        self.format = fmt
+
+    def companion_files(self) -> list[str]:
+        """Files that travel with the artifact, relative to its folder (none by default)."""
+        return []
+
+    def relocate_companions(self, old_to_new: dict[str, str]) -> None:
+        """Make the artifact name its companion files by new names (the files are not touched)."""
+        raise NotImplementedError(f"{self.format.title} artifacts have no companion files")
+
+    def size_bytes(self) -> int:
+        """The artifact and its companion files, on disk."""
+        return self.path.stat().st_size + sum((self.path.parent / n).stat().st_size for n in self.companion_files())
+
+    def describe(self) -> dict[str, Any]:
+        """What `exportgate inspect` shows, without the GELU sites."""
+        raise NotImplementedError
+
+    def record_facts(self, report: "Report") -> None:
+        """What the report records about the artifact (its opset, its minimum runtime version)."""
+        raise NotImplementedError
+
+    def activation_sites(self) -> list:
+        """The GELU and ReLU sites in graph order, GELUs measured on the probes (run it in a
+        runtime worker: the measuring runs the artifact's subgraphs)."""
+        raise NotImplementedError
+
+    def check_target(self, target: "Target") -> list["Incompatibility"]:
+        """Every incompatibility with a target of this format."""
+        raise NotImplementedError
+
+    def gelu_swapped(self, sites: list) -> Any | None:
+        """The artifact with every exact GELU written as tanh and every tanh as exact, in a form its
+        runtime loads (None when the format cannot be rewritten or has no such site). Raises
+        ValueError for a site the rewrite cannot isolate."""
+        return None
+
+
+class ArtifactFormat:
+    name: str  # "onnx": the --to value and the report's format field
+    title: str  # "ONNX", in messages
+    article: str  # "an" ONNX artifact
+    suffixes: tuple[str, ...]
+    runtime: str  # the runtime (verifiers.runtimes) that runs it unless --runtime says otherwise
+    artifact_class: type[Artifact]
+    # What opset_matrix.yaml says of its targets: the version-limit field, the other fields, the gelu flags.
+    target_limit: str
+    target_fields: tuple[str, ...] = ()
+    gelu_flags: tuple[str, ...] = ()
+
+    def recognises(self, head: bytes) -> bool:
+        """Whether a file starting with these bytes is of this format (for a file without its suffix)."""
+        raise NotImplementedError
+
+    def open(self, path: str | Path) -> Artifact:
+        return self.artifact_class(path, self)
+
+    def target_limits(self, raw: dict, fail: Callable[[str, str], BadInput]) -> dict[str, Any]:
+        """The version limits of a matrix entry of this format, validated (Target field -> value)."""
+        raise NotImplementedError
+
+    def limit_text(self, target: dict[str, Any]) -> str:
+        """The version limit of a target, as `exportgate targets` prints it."""
+        raise NotImplementedError
+
+    def headline(self, info: dict[str, Any]) -> list[str]:
+        """The first lines `exportgate inspect` prints for `describe()`'s facts."""
+        raise NotImplementedError
+
+
+FORMATS: LazyRegistry[ArtifactFormat] = LazyRegistry("artifact format", {
+    "onnx": "verifiers.formats.onnx:OnnxFormat",
+    "tflite": "verifiers.formats.tflite:TfliteFormat",
+}, instantiate=True)
+
+
+def artifact_format(name: str) -> ArtifactFormat:
+    return FORMATS.get_or_fail(name, "--to")
+
+
+def detect_format(path: str | Path) -> ArtifactFormat:
+    """The format of a file, by suffix, then by its first bytes."""
+    path = Path(path)
+    if not path.is_file():
+        raise BadInput(f"{path}: no such file")
+    for fmt in FORMATS.values():
+        if path.suffix in fmt.suffixes:
+            return fmt
+    with open(path, "rb") as fh:
+        head = fh.read(8)
+    for fmt in FORMATS.values():
+        if fmt.recognises(head):
+            return fmt
+    names = " nor ".join(f"{f.article} {f.title}" for f in FORMATS.values())
+    suffixes = " or ".join(s for f in FORMATS.values() for s in f.suffixes)
+    raise BadInput(f"{path}: neither {names} file (use a {suffixes} suffix)")
+
+
+def open_artifact(path: str | Path) -> Artifact:
+    """The artifact at `path`, its format detected."""
+    return detect_format(path).open(path)
+
+
+_LAST_OPENED: dict[str, Any] = {}
+
+
+def opened(fmt: str, path: Path) -> Artifact:
+    """The artifact at `path`, parsed once per process while the file stays as it is (same size
+    and modification time): a runtime worker's runner and the GELU measuring share one parse."""
+    path = Path(path)
+    info = path.stat()
+    key = (fmt, str(path.resolve()), info.st_size, info.st_mtime_ns)
+    if _LAST_OPENED.get("key") != key:
+        _LAST_OPENED.update(key=key, artifact=FORMATS[fmt].open(path))
+    return _LAST_OPENED["artifact"]
+
+
+def measured_sites(fmt: str, path: Path) -> list:
+    """`activation_sites` of the artifact at `path` (a module-level function, for a runtime worker)."""
+    return opened(fmt, path).activation_sites()
+
+
+def described(fmt: str, path: Path) -> dict[str, Any]:
+    """`describe()` plus the GELU sites as inspect lists them (for a runtime worker)."""
+    from verifiers.gelu.inventory import describe_sites
+
+    artifact = opened(fmt, path)
+    info = artifact.describe()
+    info["gelu"] = describe_sites(artifact.activation_sites())
+    return info

@@ -1,0 +1,273 @@
+"""ONNX artifacts: a .onnx file (and its external data files), read with onnx without running it.
+
+The structure is parsed once, without the external weights; the GELU sites are measured by
+running each site's subgraph alone (verifiers.gelu); target checks read the opset, the IR version,
+the GELU spellings, com.microsoft ops, op gaps and dtypes against the matrix entry.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Any, Callable
+
+import onnx
+
+from verifiers.errors import BadInput
+from verifiers.formats import Artifact, ArtifactFormat
+from verifiers.onnx_model import (
+    DEFAULT_DOMAINS,
+    default_opset,
+    describe,
+    elem_types,
+    external_data_files,
+    iter_nodes,
+    load_structure,
+    malformed_onnx_is_bad_input,
+    relocate_external_data,
+)
+from verifiers.target_check import (
+    Hits,
+    Incompatibility,
+    dtype_incompatibilities,
+    fact_sources,
+    fact_text,
+    finding_detail,
+    gap_op_and_dtypes,
+    gap_text,
+    is_onnxruntime,
+    locate,
+)
+from verifiers.targets import OpGap, Target
+
+MS_DOMAIN = "com.microsoft"
+CONTRIB_GELU_OPS = ("Gelu", "FastGelu", "BiasGelu", "QuickGelu")  # com.microsoft ops a contrib_gelu: true target runs
+# Above this (artifact and data files), the GELU swap is not run: it holds a second copy of the weights.
+SWAP_MAX_BYTES = 1 << 30
+
+
+class OnnxArtifact(Artifact):
+    gelu_rewritable = True
+    @cached_property
+    def model(self) -> onnx.ModelProto:
+        """The graph without its external weights, read once; external data locations are checked."""
+        return load_structure(self.path)
+
+    def companion_files(self) -> list[str]:
+        return external_data_files(self.model) if self.path.exists() else []
+
+    def relocate_companions(self, old_to_new: dict[str, str]) -> None:
+        relocate_external_data(self.path, old_to_new)
+        self.__dict__.pop("model", None)
+
+    def describe(self) -> dict[str, Any]:
+        return malformed_onnx_is_bad_input(self.path, describe, self.path, self.model)
+
+    def record_facts(self, report) -> None:
+        report.actual_opset = default_opset(self.model)
+        if report.requested_opset is not None and report.actual_opset != report.requested_opset:
+            report.fail("opset", f"asked for opset {report.requested_opset}, the artifact has opset "
+                                 f"{report.actual_opset} ({report.exporter})")
+
+    def activation_sites(self) -> list:
+        from verifiers.gelu.inventory import onnx_inventory
+
+        return malformed_onnx_is_bad_input(self.path, onnx_inventory, self.model)
+
+    def check_target(self, target: Target) -> list[Incompatibility]:
+        return malformed_onnx_is_bad_input(self.path, _check_onnx, self.model, target)
+
+    def gelu_swapped(self, sites: list) -> bytes | None:
+        from verifiers.gelu.onnx_normalize import split_duplicate_gemms
+        from verifiers.gelu.sensitivity import swapped_variant
+
+        if self.size_bytes() > SWAP_MAX_BYTES:
+            raise ValueError("the model is too large to run twice")
+        model = onnx.ModelProto()
+        model.CopyFrom(self.model)  # the structure read once; weights held inside the file are in it
+        if self.companion_files():
+            onnx.external_data_helper.load_external_data_for_model(model, str(self.path.parent))
+        variant = swapped_variant(split_duplicate_gemms(model), sites)
+        return None if variant is None else variant.SerializeToString()
+
+
+class OnnxFormat(ArtifactFormat):
+    name = "onnx"
+    title = "ONNX"
+    article = "an"
+    suffixes = (".onnx",)
+    runtime = "onnxruntime"
+    artifact_class = OnnxArtifact
+    target_limit = "max_opset"
+    target_fields = ("max_ir_version",)
+    gelu_flags = ("gelu_op", "erf", "contrib_gelu")
+
+    def recognises(self, head: bytes) -> bool:
+        return head[:1] == b"\x08"  # protobuf field 1 (ir_version), varint: how every ONNX file starts
+
+    def target_limits(self, raw: dict, fail: Callable[[str, str], BadInput]) -> dict[str, Any]:
+        max_opset = raw.get("max_opset")
+        if isinstance(max_opset, bool) or not isinstance(max_opset, int):
+            raise fail("max_opset", "must be an integer")
+        if max_opset < 1:
+            raise fail("max_opset", "must be positive")
+        max_ir_version = raw.get("max_ir_version")
+        if max_ir_version is not None and (isinstance(max_ir_version, bool) or not isinstance(max_ir_version, int)
+                                           or max_ir_version < 1):
+            raise fail("max_ir_version", "must be a positive integer or null")
+        return {"max_opset": max_opset, "max_ir_version": max_ir_version}
+
+    def limit_text(self, target: dict[str, Any]) -> str:
+        return f"opset <= {target['max_opset']}"
+
+    def headline(self, info: dict[str, Any]) -> list[str]:
+        return [f"{info['path']}: onnx, opset {info['opset']}, producer {info['producer'] or '?'}",
+                "opset imports: " + ", ".join(f"{d} {v}" for d, v in info["opset_imports"].items())]
+
+
+# ---- target checks ---------------------------------------------------------------------------------
+
+
+_ONNX_DTYPE_NAMES = {
+    onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.DOUBLE: "float64", onnx.TensorProto.FLOAT16: "float16",
+    onnx.TensorProto.BFLOAT16: "bfloat16", onnx.TensorProto.UINT8: "uint8", onnx.TensorProto.INT8: "int8",
+    onnx.TensorProto.UINT16: "uint16", onnx.TensorProto.INT16: "int16", onnx.TensorProto.UINT32: "uint32",
+    onnx.TensorProto.INT32: "int32", onnx.TensorProto.UINT64: "uint64", onnx.TensorProto.INT64: "int64",
+    onnx.TensorProto.BOOL: "bool", onnx.TensorProto.STRING: "string", onnx.TensorProto.COMPLEX64: "complex64",
+    onnx.TensorProto.COMPLEX128: "complex128",
+}
+for _name in ("FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ", "FLOAT8E8M0"):
+    if hasattr(onnx.TensorProto, _name):
+        _ONNX_DTYPE_NAMES[getattr(onnx.TensorProto, _name)] = "fp8"
+for _name, _dtype in (("FLOAT4E2M1", "fp4"), ("INT4", "int4"), ("UINT4", "uint4"), ("INT2", "int2"), ("UINT2", "uint2")):
+    if hasattr(onnx.TensorProto, _name):
+        _ONNX_DTYPE_NAMES[getattr(onnx.TensorProto, _name)] = _dtype
+
+
+def onnx_dtype_name(elem_type: int) -> str:
+    """TensorProto element type -> the matrix's dtype vocabulary (float32, fp8, int4...)."""
+    if elem_type in _ONNX_DTYPE_NAMES:
+        return _ONNX_DTYPE_NAMES[elem_type]
+    return onnx.TensorProto.DataType.Name(elem_type).lower()
+
+
+def _node_label(node: onnx.NodeProto) -> str:
+    return node.name or (node.output[0] if node.output else node.op_type)
+
+
+def _onnx_op(node: onnx.NodeProto) -> str:
+    return node.op_type if node.domain in DEFAULT_DOMAINS else f"{node.domain}.{node.op_type}"
+
+
+def _attr(node: onnx.NodeProto, name: str, default: Any) -> Any:
+    for a in node.attribute:
+        if a.name == name:
+            value = onnx.helper.get_attribute_value(a)
+            return value.decode() if isinstance(value, bytes) else value
+    return default
+
+
+def _onnx_sites(model: onnx.ModelProto) -> dict[str, Any]:
+    """node label -> GELU site (top-level graph); empty when the matcher cannot read the graph."""
+    from verifiers.gelu.onnx_sites import find_gelu_sites
+
+    try:
+        sites = find_gelu_sites(model)
+    except Exception:  # noqa: BLE001 - site ids only decorate messages; the checks stand without them
+        return {}
+    return {label: site for site in sites for label in site.nodes}
+
+
+def _check_onnx(model: onnx.ModelProto, target: Target) -> list[Incompatibility]:
+    out: list[Incompatibility] = []
+
+    opset = default_opset(model)
+    if opset is not None and target.max_opset is not None and opset > target.max_opset:
+        out.append(Incompatibility("opset", (
+            f"model opset {opset} (ai.onnx) is above {target.name}'s "
+            f"{fact_text(target, 'max_opset', target.max_opset)}"
+        ), {"opset": opset, "max_opset": target.max_opset, "fact": "max_opset",
+            "sources": fact_sources(target, "max_opset")}))
+    if target.max_ir_version is not None and model.ir_version > target.max_ir_version:
+        out.append(Incompatibility("ir_version", (
+            f"model IR version {model.ir_version} is above {target.name}'s "
+            f"{fact_text(target, 'max_ir_version', target.max_ir_version)}"
+        ), {"ir_version": model.ir_version, "max_ir_version": target.max_ir_version, "fact": "max_ir_version",
+            "sources": fact_sources(target, "max_ir_version")}))
+
+    nodes = list(iter_nodes(model.graph))
+    site_of = _onnx_sites(model)
+    gaps = [(gap, *gap_op_and_dtypes(gap)) for gap in target.op_gaps]
+    needs_types = bool(target.dtypes) or any(dtypes for _, _, dtypes in gaps)
+    types: dict[str, int] = {}
+    if needs_types:
+        names = {t for n in nodes for t in (*n.input, *n.output) if t}
+        names |= {v.name for v in (*model.graph.input, *model.graph.output)}
+        names |= {t.name for t in model.graph.initializer}
+        types = elem_types(model, names)
+
+    gelu = target.gelu
+    ort = is_onnxruntime(target)
+    hits = Hits()
+    for node in nodes:
+        label, op = _node_label(node), _onnx_op(node)
+        site = site_of.get(label)
+        if node.domain in DEFAULT_DOMAINS:
+            if node.op_type == "Gelu" and gelu.get("gelu_op") is False:
+                hits.add("gelu_op", op, label, site, approximate=_attr(node, "approximate", "none"))
+            if node.op_type == "Erf" and gelu.get("erf") is False:
+                hits.add("erf", op, label, site)
+        elif node.domain == MS_DOMAIN:
+            contrib = gelu.get("contrib_gelu")
+            if contrib is False:
+                hits.add("contrib_gelu", op, label, site)
+            elif not ort and not (contrib is True and node.op_type in CONTRIB_GELU_OPS):
+                hits.add("contrib_runtime", op, label, site)
+        for gap, gap_op, dtypes in gaps:
+            if gap_op != op:
+                continue
+            if dtypes is None:
+                hits.add("op_gap", op, label, site, gap=gap)
+                continue
+            found = sorted({onnx_dtype_name(types[t]) for t in node.input if t in types} & dtypes)
+            for dtype in found:
+                hits.add("op_gap", op, label, site, gap=gap, dtype=dtype)
+
+    for group in hits.groups():
+        out.append(_onnx_incompatibility(group, target, opset))
+
+    if target.dtypes:
+        out.extend(dtype_incompatibilities(
+            {name: onnx_dtype_name(t) for name, t in types.items()}, target, "tensor"))
+    return out
+
+
+def _onnx_incompatibility(group: dict[str, Any], target: Target, opset: int | None) -> Incompatibility:
+    reason, op = group["reason"], group["op"]
+    if reason == "gelu_op":
+        what = f"Gelu (opset {opset}, approximate='{group['approximate']}')"
+        kind, where = locate(group, what)
+        message = f"{where}; {target.name} has no Gelu-20 {fact_text(target, 'gelu.gelu_op', False)}"
+        return Incompatibility("gelu" if kind == "gelu" else "op", message,
+                               finding_detail(group, "gelu.gelu_op", target, approximate=group["approximate"]))
+    if reason == "erf":
+        kind, where = locate(group, "Erf")
+        return Incompatibility(kind, f"{where}; {target.name} has no Erf {fact_text(target, 'gelu.erf', False)}",
+                               finding_detail(group, "gelu.erf", target))
+    if reason == "contrib_gelu":
+        kind, where = locate(group, op)
+        message = (f"{where}; {target.name} has no com.microsoft (ONNX Runtime contrib) kernels "
+                   f"{fact_text(target, 'gelu.contrib_gelu', False)}")
+        return Incompatibility(kind, message, finding_detail(group, "gelu.contrib_gelu", target))
+    if reason == "contrib_runtime":
+        kind, where = locate(group, op)
+        message = (f"{where}; com.microsoft ops are ONNX Runtime contrib ops and {target.name} is not ONNX "
+                   f"Runtime (matrix runtime: {target.runtime})")
+        return Incompatibility(kind, message, finding_detail(group, "runtime", target, runtime=target.runtime,
+                                                       contrib_gelu=target.gelu.get("contrib_gelu")))
+    # op_gap
+    gap: OpGap = group["gap"]
+    dtype = group.get("dtype")
+    what = f"{op} on {dtype} input" if dtype else op
+    kind, where = locate(group, what)
+    return Incompatibility(kind, f"{where}; {target.name} lacks it {gap_text(target, gap)}",
+                           finding_detail(group, "op_gaps", target, gap={"op": gap.op, "note": gap.note}, dtype=dtype))
