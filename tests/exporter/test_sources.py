@@ -1,10 +1,10 @@
-"""Model specs, input specs and verification batches."""
+"""Input specs and verification batches."""
 
 import numpy as np
 import pytest
 
-from verifiers.errors import BadInput
 from exporter.frameworks import load_source
+from verifiers.errors import BadInput
 from exporter.sources import (
     InputSpec,
     make_batches,
@@ -38,31 +38,3 @@ def test_batches_reach_the_gelu_range_and_integers_stay_in_range():
     assert np.abs(scale).max() >= 3
     again = make_batches(source, seed=0, count=3)
     assert all(np.array_equal(a["scale"], b["scale"]) for a, b in zip(batches, again))
-
-
-def test_torch_model_without_inputs_asks_for_them():
-    with pytest.raises(BadInput, match="--input NAME:SHAPE:DTYPE"):
-        load_source(torch_model("mlp_without_inputs"))
-    source = load_source(torch_model("mlp_without_inputs"), [parse_input_spec("x:3x16:float32")])
-    assert source.input_names == ["x"] and source.example is None
-
-
-def test_exported_program_file(tmp_path):
-    import torch
-
-    import fixtures.models.torch_models as models
-
-    model, example = models.mlp_exact()
-    path = tmp_path / "mlp.pt2"
-    torch.export.save(torch.export.export(model, example), path)
-    source = load_source(str(path), trust_source=True)
-    assert source.framework.name == "torch" and source.inputs[0].shape == (4, 16)
-    names, _, outputs = source.run({source.input_names[0]: example[0].numpy()})
-    np.testing.assert_allclose(outputs[0], model(*example).detach().numpy(), atol=1e-6)
-
-
-def test_builder_returning_something_else(tmp_path):
-    path = tmp_path / "odd.py"
-    path.write_text("def build():\n    return 42\n")
-    with pytest.raises(BadInput, match="expected a torch.nn.Module or a keras.Model"):
-        load_source(f"{path}:build")
