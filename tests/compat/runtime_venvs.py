@@ -143,7 +143,7 @@ def runtime_venv(spec: RuntimeSpec) -> Path:
         python = str(venv / "bin" / "python")
         try:
             _pip_install(python, spec.requirements, root / f"{venv.name}.pip.log")
-            module = spec.check_module or ("onnxruntime" if spec.kind == "onnx" else "tflite_runtime.interpreter")
+            module = spec.check_module or RUNTIME_KINDS[spec.kind][0]
             check = subprocess.run([python, "-I", "-c", f"import {module}"], capture_output=True, text=True,
                                    timeout=120)
             if check.returncode != 0:
@@ -204,6 +204,47 @@ def run_model(venv: Path, kind: str, model: Path, inputs: list, save_graph: Path
                          _one_line(proc.stderr, 2000))
 
 
+def _run_onnxruntime(model: str, arrays: list, report: dict) -> list:
+    import onnxruntime as ort
+
+    report["version"] = f"onnxruntime {ort.__version__}"
+    session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    report["stage"] = "run"
+    if os.environ.get("EXPORTGATE_SAVE_GRAPH"):
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        options.optimized_model_filepath = os.environ["EXPORTGATE_SAVE_GRAPH"]
+        ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+    feeds = {i.name: a for i, a in zip(session.get_inputs(), arrays)}
+    return session.run(None, feeds)
+
+
+def _run_tflite_runtime(model: str, arrays: list, report: dict) -> list:
+    import tflite_runtime
+    from tflite_runtime.interpreter import Interpreter
+
+    report["version"] = f"tflite-runtime {tflite_runtime.__version__}"
+    interpreter = Interpreter(model_path=model)
+    details = interpreter.get_input_details()
+    for detail, array in zip(details, arrays):  # a Keras batch dimension is saved as 1
+        if tuple(detail["shape"]) != array.shape:
+            interpreter.resize_tensor_input(detail["index"], list(array.shape))
+    interpreter.allocate_tensors()
+    report["stage"] = "run"
+    for detail, array in zip(details, arrays):
+        interpreter.set_tensor(detail["index"], array)
+    interpreter.invoke()
+    return [interpreter.get_tensor(d["index"]) for d in interpreter.get_output_details()]
+
+
+# Runtime kind -> (the module a venv must import, how the child runs a model in it). This file runs
+# inside the old runtimes' venvs, where exportgate is not installed.
+RUNTIME_KINDS = {
+    "onnx": ("onnxruntime", _run_onnxruntime),
+    "tflite": ("tflite_runtime.interpreter", _run_tflite_runtime),
+}
+
+
 def _child(kind: str, model: str, work: str, inputs: list[str]) -> None:
     """Runs inside the runtime venv: writes out<i>.npy and report.json into `work`."""
     import numpy as np
@@ -212,35 +253,7 @@ def _child(kind: str, model: str, work: str, inputs: list[str]) -> None:
     outputs = []
     try:
         arrays = [np.load(p) for p in inputs]
-        if kind == "onnx":
-            import onnxruntime as ort
-
-            report["version"] = f"onnxruntime {ort.__version__}"
-            session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
-            report["stage"] = "run"
-            if os.environ.get("EXPORTGATE_SAVE_GRAPH"):
-                options = ort.SessionOptions()
-                options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-                options.optimized_model_filepath = os.environ["EXPORTGATE_SAVE_GRAPH"]
-                ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
-            feeds = {i.name: a for i, a in zip(session.get_inputs(), arrays)}
-            outputs = session.run(None, feeds)
-        else:
-            import tflite_runtime
-            from tflite_runtime.interpreter import Interpreter
-
-            report["version"] = f"tflite-runtime {tflite_runtime.__version__}"
-            interpreter = Interpreter(model_path=model)
-            details = interpreter.get_input_details()
-            for detail, array in zip(details, arrays):  # a Keras batch dimension is saved as 1
-                if tuple(detail["shape"]) != array.shape:
-                    interpreter.resize_tensor_input(detail["index"], list(array.shape))
-            interpreter.allocate_tensors()
-            report["stage"] = "run"
-            for detail, array in zip(details, arrays):
-                interpreter.set_tensor(detail["index"], array)
-            interpreter.invoke()
-            outputs = [interpreter.get_tensor(d["index"]) for d in interpreter.get_output_details()]
+        outputs = RUNTIME_KINDS[kind][1](model, arrays, report)
         report.update(ok=True, stage="done")
     except Exception as exc:  # the runtime's refusal is the result
         report["error"] = _one_line(f"{type(exc).__name__}: {exc}", 2000)
