@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from verifiers.errors import BadInput, Incompatible
-from exporter.targets import Target
+from verifiers.targets import Target
 
 POLICIES = ("preserve", "tanh", "native")
 # The TFLite runtime version the GELU builtin needs (runtime_version.cc; the converter stamps it).
