@@ -21,14 +21,17 @@ templates miss is found by its numbers (`regions`).
 
 Erf units: a target without an erf op (old TFLite runtimes, delegates) gets erf written out,
 e.g. as exportgate's sign-free Abramowitz & Stegun 7.1.26 form erf(z) = q(relu(-z)) - q(relu(z)),
-q(u) = (a1 t + ... + a5 t^5) exp(-u^2), t = 1/(1 + p u). `find_erf_units` finds such units: from a
-tensor z read by Relu/Abs (or by Neg then Relu), the elementwise ops (Mul, Add, Sub, Div, Neg, Exp,
-Relu, Abs) computable from z and scalar constants alone are evaluated in float64 on [-6, 6]; a
-tensor among them within ERF_UNIT_TOLERANCE of erf(z) (or twice the machine epsilon of the
-coarsest constant read: float16 constants put A&S 7e-4 from erf), whose ops leave nothing else
-to the rest of the graph, is an erf unit. `find_sites` and `find_relu_sites` see each unit as one neutral "Erf"
-node (so the erf-chain matcher claims the GELU around it, and a unit's Relus are no ReLU sites);
-a site lists every node of its units.
+q(u) = (a1 t + ... + a5 t^5) exp(-u^2), t = 1/(1 + p u), or as litert-torch's clamp and rational
+polynomial (z clamped to [-4, 4] by Min/Max, c*P(c^2)/Q(c^2), the result clipped to [-1, 1]).
+`find_erf_units` finds such units: from a tensor z read by Relu, Abs or a clamp (or by Neg then
+Relu), the elementwise ops (Mul, Add, Sub, Div, Neg, Exp, Relu, Abs, Min, Max, Clip) computable
+from z and scalar constants alone are evaluated in float64 on [-6, 6]; the first tensor among them
+within ERF_UNIT_TOLERANCE of erf(z) (or twice the machine epsilon of the coarsest constant read:
+float16 constants put A&S 7e-4 from erf), taken on through ops that still compute erf from it
+(the final clip), whose ops leave nothing else to the rest of the graph, is an erf unit.
+`find_sites` and `find_relu_sites` see each unit as one neutral "Erf" node (so the erf-chain
+matcher claims the GELU around it, and a unit's Relus are no ReLU sites); a site lists every node
+of its units.
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ from .catalogue import (
     is_gelu_shaped,
     residuals,
 )
+from .regions import RegionFinder, evaluate
 
 _SCALING_OPS = ("Mul", "Div", "Neg")
 _MAX_DEPTH = 8
@@ -414,36 +418,42 @@ class ChainGraph:
 
 # ---- erf units -----------------------------------------------------------------------------
 
-ERF_UNIT_OPS = ("Mul", "Add", "Sub", "Div", "Neg", "Exp", "Relu", "Abs")
+_CLAMPS = ("Min", "Max", "Clip")
+_UNARY_UNIT_OPS = ("Neg", "Exp", "Relu", "Abs")
+ERF_UNIT_OPS = ("Mul", "Add", "Sub", "Div", *_UNARY_UNIT_OPS, *_CLAMPS)
 ERF_UNIT_TOLERANCE = 1e-5  # exportgate's A&S unit is within 1.5e-7 of erf; litert-torch's rational one ~1e-6
 _MAX_UNIT_NODES = 96
 _UNIT_GRID = np.linspace(-6.0, 6.0, 481)
 _UNIT_ERF = np.vectorize(math.erf, otypes=[np.float64])(_UNIT_GRID)
-_UNIT_FNS: dict[str, Callable[..., np.ndarray]] = {
-    "Mul": np.multiply, "Add": np.add, "Sub": np.subtract, "Div": np.divide, "Neg": np.negative,
-    "Exp": np.exp, "Relu": lambda v: np.maximum(v, 0.0), "Abs": np.abs,
-}
 UNIT_LABELS = "unit_labels"  # attrs key of a collapsed unit's neutral Erf node: its nodes' labels
+UNIT_FORM = "unit_form"  # attrs key of a collapsed unit's neutral Erf node: how the unit writes erf
 
 
 @dataclass(frozen=True)
 class ErfUnit:
-    """An erf written out in elementwise ops: node indices (graph order), z, erf(z), max error."""
+    """An erf written out in elementwise ops: node indices (graph order), z, erf(z), max error.
+
+    clamped: the unit clamps z (Min/Max/Clip), as a rational approximation does."""
 
     nodes: tuple[int, ...]
     input: str
     output: str
     error: float
+    clamped: bool = False
+
+    @property
+    def form(self) -> str:
+        return "as a clamp + rational polynomial" if self.clamped else "written out"
 
 
 def _unit_roots(graph: ChainGraph) -> list[str]:
-    """Tensors an erf unit may start from: read by Relu or Abs, or by a Neg whose output a Relu reads."""
+    """Tensors an erf unit may start from: read by Relu, Abs or a clamp, or by a Neg whose output a Relu reads."""
     roots: list[str] = []
     for node in graph.nodes:
-        if node.op in ("Relu", "Abs") and node.inputs:
+        if node.op in ("Relu", "Abs", *_CLAMPS) and node.inputs:
             roots.append(node.inputs[0])
             j = graph.producer.get(node.inputs[0])
-            if j is not None and graph.nodes[j].op == "Neg":
+            if node.op == "Relu" and j is not None and graph.nodes[j].op == "Neg":
                 roots.append(graph.nodes[j].inputs[0])
     return list(dict.fromkeys(roots))
 
@@ -463,9 +473,17 @@ def _forward_closure(graph: ChainGraph, root: str) -> list[int]:
     return sorted(closure)
 
 
+def _arity_ok(op: str, count: int) -> bool:
+    if op in _UNARY_UNIT_OPS:
+        return count == 1
+    return 1 <= count <= 3 if op == "Clip" else count == 2
+
+
 def _erf_unit(graph: ChainGraph, root: str) -> ErfUnit | None:
+    """The unit from root: the first tensor of the closure (graph order) within tolerance of erf, taken
+    on through the ops that still compute erf from it alone (a clamp of the result to [-1, 1])."""
     closure = _forward_closure(graph, root)
-    if not any(graph.nodes[i].op == "Exp" for i in closure):
+    if not any(graph.nodes[i].op in ("Exp", *_CLAMPS) for i in closure):
         return None
     values = {root: _UNIT_GRID}
     found, eps = None, 0.0
@@ -480,24 +498,39 @@ def _erf_unit(graph: ChainGraph, root: str) -> ErfUnit | None:
                     const = graph.scalar(t)
                     args.append(const.coeff)
                     eps = max(eps, const.eps)
-            arity = 1 if node.op in ("Neg", "Exp", "Relu", "Abs") else 2
-            if len(args) != arity:
-                return None
-            out = np.broadcast_to(np.asarray(_UNIT_FNS[node.op](*args), dtype=np.float64), _UNIT_GRID.shape)
+            if not _arity_ok(node.op, len(args)):
+                if found is None:
+                    return None
+                continue
+            out = np.broadcast_to(np.asarray(evaluate(node.op, node.attrs, args), dtype=np.float64), _UNIT_GRID.shape)
             values[node.outputs[0]] = out
-            error = float(np.max(np.abs(out - _UNIT_ERF)))
             # constants stored in float16 (eps 1e-3) put A&S 7e-4 from erf
-            if error <= max(ERF_UNIT_TOLERANCE, 2.0 * eps):  # NaN compares false
-                found = (i, error)
-                break
+            if found is None and _erf_error(out) <= max(ERF_UNIT_TOLERANCE, 2.0 * eps):  # NaN compares false
+                found = i
     if found is None:
         return None
-    last, error = found
-    output = graph.nodes[last].outputs[0]
-    cone = graph.cone(output, set(closure))
+    output = graph.nodes[found].outputs[0]
+    inside = set(closure)
+    while (j := graph.sole_consumer(output)) is not None and j in _ops_reading_only(graph, output) & inside:
+        out = values.get(graph.nodes[j].outputs[0])
+        if out is None or not _erf_error(out) <= max(ERF_UNIT_TOLERANCE, 2.0 * eps):
+            break
+        output = graph.nodes[j].outputs[0]
+    error = _erf_error(values[output])
+    cone = graph.cone(output, inside)
     if graph.leaks(cone, output):  # only the erf leaves the unit
         return None
-    return ErfUnit(tuple(sorted(cone)), root, output, error)
+    return ErfUnit(tuple(sorted(cone)), root, output, error, any(graph.nodes[k].op in _CLAMPS for k in cone))
+
+
+def _erf_error(values: np.ndarray) -> float:
+    return float(np.max(np.abs(values - _UNIT_ERF)))
+
+
+def _ops_reading_only(graph: ChainGraph, tensor: str) -> set[int]:
+    """Consumers of `tensor` whose other inputs are scalar constants."""
+    return {i for i in graph.consumers.get(tensor, [])
+            if all(t == tensor or graph.scalar(t) is not None for t in graph.nodes[i].inputs)}
 
 
 def find_erf_units(graph: ChainGraph) -> list[ErfUnit]:
@@ -526,7 +559,7 @@ def with_erf_units(graph: ChainGraph) -> ChainGraph:
         if unit is not None:
             labels = tuple(dict.fromkeys(graph.nodes[j].name for j in unit.nodes))
             nodes.append(OpNode(labels[0], "Erf", (unit.input,), (unit.output,),
-                                {UNIT_LABELS: labels, "error": unit.error}))
+                                {UNIT_LABELS: labels, UNIT_FORM: unit.form, "error": unit.error}))
         elif i not in inside:
             nodes.append(node)
     return ChainGraph(nodes, graph.constants, graph.graph_outputs, graph.dtypes)
@@ -534,7 +567,7 @@ def with_erf_units(graph: ChainGraph) -> ChainGraph:
 
 def _unit_note(graph: ChainGraph, match: Match) -> str:
     units = [graph.nodes[j].attrs for j in sorted(match.nodes) if UNIT_LABELS in graph.nodes[j].attrs]
-    notes = [f"erf written out ({len(a[UNIT_LABELS])} ops, {a['error']:.1g} from erf)" for a in units]
+    notes = [f"erf {a[UNIT_FORM]} ({len(a[UNIT_LABELS])} ops, {a['error']:.1g} from erf)" for a in units]
     return "; ".join([match.note, *notes]) if notes else match.note
 
 
@@ -576,8 +609,6 @@ def _measured(finder, match: Match) -> Match:
 
 def find_measured_sites(graph: ChainGraph, fused: Matcher | None = None) -> list[Site]:
     """GELU and SiLU sites together, graph order: the sites an artifact's inventory measures."""
-    from .regions import RegionFinder
-
     order = {node.name: i for i, node in reversed(list(enumerate(graph.nodes)))}
     graph = with_erf_units(graph)
     matches: list[Match] = []

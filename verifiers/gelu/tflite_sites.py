@@ -4,16 +4,16 @@ Subgraph 0's operators become a neutral `chains.ChainGraph`: MUL, ADD, SUB, DIV,
 TANH, LOGISTIC (Sigmoid), RELU and GELU (approximate from GeluOptions; no options table means
 approximate=False, i.e. exact, which is what onnx2tf 2.6.9 writes for a tanh GELU) map onto the
 shared vocabulary; SQUARE is x*x; DEQUANTIZE of a constant is that constant (float16 weights).
-An arithmetic op with a fused activation is opaque, except in the erf unit below.
+MUL/ADD/SUB/DIV with a fused RELU, RELU_N1_TO_1, RELU6 or TANH read as the op followed by that
+activation; an op with any other fused activation is opaque.
 
 TFLite has no ERF builtin. litert-torch lowers torch.erf to a clamp and a rational polynomial:
 z -> MINIMUM(z, 4) -> MAXIMUM(., -4) = c, s = c*c, c*P(s) / Q(s) by Horner (MUL/ADD with scalar
-constants), the DIV with fused RELU_N1_TO_1. Such a unit (clamp, then MUL/ADD/SUB/DIV on
-scalars, ending in a DIV) is evaluated in float64 and, when it is within 1e-5 of erf, becomes
-one neutral "Erf" node, so the shared erf-chain matcher claims 0.5*x*(1+erf(x/sqrt2)) around it.
-Erf written out without a clamp (exportgate's sign-free Abramowitz & Stegun form, RELU/NEG/MUL/
-ADD/DIV/EXP/SUB: see exporter/rewrites/tflite_gelu.py) is found by the shared recognizer,
-`chains.find_erf_units`; its RELU ops are no ReLU sites.
+constants), the DIV with fused RELU_N1_TO_1 (a neutral Div then Clip to [-1, 1]). exportgate's
+lowering writes erf as the sign-free Abramowitz & Stegun form (RELU/NEG/MUL/ADD/DIV/EXP/SUB: see
+verifiers/gelu/onnx_writer.py). Both are found by the shared recognizer, `chains.find_erf_units`,
+which makes each one neutral "Erf" node, so the shared erf-chain matcher claims
+0.5*x*(1+erf(x/sqrt2)) around it; a unit's RELU ops are no ReLU sites.
 
 Ops and tensors are labelled by name when the name is unique in the subgraph (Keras and
 litert-torch names carry the layer path), else "#{index}". Site ids are "{k}:{first op}";
@@ -46,10 +46,6 @@ _FUSED_AS_NEUTRAL = {"RELU": ("Relu", {}), "RELU_N1_TO_1": ("Clip", {"min": -1.0
 # ActivationFunctionType: NONE 0, RELU 1, RELU_N1_TO_1 2, RELU6 3, TANH 4, SIGN_BIT 5.
 _ACTIVATIONS = {0: None, 1: "RELU", 2: "RELU_N1_TO_1", 3: "RELU6", 4: "TANH", 5: "SIGN_BIT"}
 FUSED_RELU = 1
-_UNIT_OPS = ("MUL", "ADD", "SUB", "DIV")
-_CLAMP_OPS = ("MINIMUM", "MAXIMUM")
-_MAX_UNIT_OPS = 64
-ERF_UNIT_TOLERANCE = 1e-5  # litert-torch's rational erf is within ~1e-6 of erf in float32
 
 
 def _labels(names: list[str]) -> list[str]:
@@ -107,116 +103,6 @@ def read_graph(model: TFLiteModel | str) -> TFLiteGraph:
     return TFLiteGraph(model, op_labels, tensor_ids, names, options, constants)
 
 
-# ---- the erf unit -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ErfUnit:
-    ops: tuple[int, ...]  # op indices, graph order
-    root: int  # tensor the clamp reads
-    output: int  # tensor the final op writes
-    error: float  # max |unit(z) - erf(z)| on [-6, 6] in float64
-
-
-def _scalar(graph: TFLiteGraph, t: int) -> float | None:
-    value = graph.constants.get(t)
-    return None if value is None else float(np.asarray(value, dtype=np.float64).reshape(-1)[0])
-
-
-def _activation(name: str | None, y: np.ndarray) -> np.ndarray | None:
-    if name is None:
-        return y
-    bounds = {"RELU": (0.0, None), "RELU_N1_TO_1": (-1.0, 1.0), "RELU6": (0.0, 6.0)}.get(name)
-    return None if bounds is None else np.clip(y, bounds[0], bounds[1])
-
-
-def _evaluate(graph: TFLiteGraph, ops: list[int], root: int, z: np.ndarray) -> np.ndarray | None:
-    """The unit's output for root = z, in float64 (None when an op cannot be evaluated)."""
-    values = {root: z}
-    fns = {"MUL": np.multiply, "ADD": np.add, "SUB": np.subtract, "DIV": np.divide,
-           "MINIMUM": np.minimum, "MAXIMUM": np.maximum}
-    sg = graph.subgraph
-    out = None
-    with np.errstate(all="ignore"):
-        for i in ops:
-            op = sg.operators[i]
-            args = [values[t] if t in values else _scalar(graph, t) for t in op.inputs]
-            if len(args) != 2 or any(a is None for a in args):
-                return None
-            out = _activation(_ACTIVATIONS.get(graph.fused_activation(i)), fns[graph.names[i]](*args))
-            if out is None:
-                return None
-            values[op.outputs[0]] = out
-    return out
-
-
-def _erf_unit(graph: TFLiteGraph, last: int, producer: dict[int, int], consumers: dict[int, list[int]]) -> ErfUnit | None:
-    sg = graph.subgraph
-    region: set[int] = set()
-    roots: set[int] = set()
-    stack = [last]
-    clamps = 0
-    while stack:
-        j = stack.pop()
-        if j in region:
-            continue
-        region.add(j)
-        if len(region) > _MAX_UNIT_OPS:
-            return None
-        name = graph.names[j]
-        tensors = [t for t in sg.operators[j].inputs if t not in graph.constants]
-        if name in _CLAMP_OPS:
-            clamps += 1
-            if len(tensors) != 1:
-                return None
-            p = producer.get(tensors[0])
-            if p is not None and graph.names[p] in _CLAMP_OPS:
-                stack.append(p)
-            else:
-                roots.add(tensors[0])
-        elif name in _UNIT_OPS:
-            for t in tensors:
-                p = producer.get(t)
-                if p is None:
-                    return None
-                stack.append(p)
-        else:
-            return None
-    if len(roots) != 1 or clamps < 2:
-        return None
-    ops = sorted(region)
-    output = sg.operators[last].outputs[0]
-    for j in ops:  # a unit: only its last output leaves it
-        for t in sg.operators[j].outputs:
-            if t != output and any(c not in region for c in consumers.get(t, [])):
-                return None
-    z = np.linspace(-6.0, 6.0, 481)
-    y = _evaluate(graph, ops, next(iter(roots)), z)
-    if y is None:
-        return None
-    error = float(np.max(np.abs(y - np.vectorize(math.erf)(z))))
-    return ErfUnit(tuple(ops), next(iter(roots)), output, error) if error <= ERF_UNIT_TOLERANCE else None
-
-
-def find_erf_units(graph: TFLiteGraph) -> list[ErfUnit]:
-    """Clamp + rational-polynomial erf approximations, one per final DIV, graph order."""
-    sg = graph.subgraph
-    producer = {t: i for i, op in enumerate(sg.operators) for t in op.outputs if t >= 0}
-    consumers: dict[int, list[int]] = {}
-    for i, op in enumerate(sg.operators):
-        for t in set(op.inputs):
-            consumers.setdefault(t, []).append(i)
-    units, taken = [], set()
-    for i in reversed(range(len(sg.operators))):
-        if graph.names[i] != "DIV" or i in taken:
-            continue
-        unit = _erf_unit(graph, i, producer, consumers)
-        if unit is not None and not taken & set(unit.ops):
-            units.append(unit)
-            taken |= set(unit.ops)
-    return units[::-1]
-
-
 # ---- neutral graph ------------------------------------------------------------------------------
 
 
@@ -252,49 +138,43 @@ def _float_dtype(tensor) -> np.dtype | None:
     return None
 
 
-def chain_graph(graph: TFLiteGraph) -> tuple[chains.ChainGraph, dict[str, ErfUnit]]:
-    """The neutral graph of subgraph 0, and the erf units by the label of their Erf node."""
-    units = find_erf_units(graph)
-    unit_of = {j: u for u in units for j in u.ops}
-    nodes: list[chains.OpNode] = []
-    by_label: dict[str, ErfUnit] = {}
-    for i in range(len(graph.subgraph.operators)):
-        unit = unit_of.get(i)
-        if unit is None:
-            nodes.extend(_op_node(graph, i))
-        elif i == unit.ops[-1]:
-            label = graph.op_labels[unit.ops[0]]
-            by_label[label] = unit
-            nodes.append(chains.OpNode(label, "Erf", (graph.tensor_ids[unit.root],), (graph.tensor_ids[unit.output],),
-                                       {"ops": unit.ops, "error": unit.error}))
+def chain_graph(graph: TFLiteGraph) -> chains.ChainGraph:
+    """The neutral graph of subgraph 0."""
+    nodes = [node for i in range(len(graph.subgraph.operators)) for node in _op_node(graph, i)]
     constants = {graph.tensor_ids[t]: np.asarray(v).reshape(-1) for t, v in graph.constants.items()}
     outputs = [graph.tensor_ids[t] for t in graph.subgraph.outputs if t >= 0]
     dtypes = {graph.tensor_ids[t]: dtype for t, tensor in enumerate(graph.subgraph.tensors)
               if (dtype := _float_dtype(tensor)) is not None}
-    return chains.ChainGraph(nodes, constants, outputs, dtypes), by_label
+    return chains.ChainGraph(nodes, constants, outputs, dtypes)
 
 
-def _finish(graph: TFLiteGraph, site: Site, units: dict[str, ErfUnit]) -> Site:
-    """TFLite names (GELU), every op of an erf unit in Site.nodes, notes."""
-    labels, notes = [], [site.note] if site.note else []
-    for label in site.nodes:
-        unit = units.get(label)
-        if unit is None:
-            labels.append(label)
-        else:
-            labels.extend(graph.op_labels[j] for j in unit.ops)
-            notes.append(f"erf as a clamp + rational polynomial ({len(unit.ops)} ops, {unit.error:.1g} from erf)")
+@dataclass(frozen=True)
+class ErfUnit:
+    """An erf written out in subgraph 0 (see `chains.find_erf_units`): its op indices, graph order, and
+    its max |unit(z) - erf(z)| on [-6, 6] in float64."""
+
+    ops: tuple[int, ...]
+    error: float
+
+
+def find_erf_units(graph: TFLiteGraph) -> list[ErfUnit]:
+    """The erf units of subgraph 0 (litert-torch's clamp + rational polynomial, exportgate's A&S form), graph order."""
+    neutral = chain_graph(graph)
     order = {label: i for i, label in enumerate(graph.op_labels)}
-    labels = sorted(dict.fromkeys(labels), key=order.__getitem__)
-    op = site.op
-    if op == "Gelu":
-        op = "GELU"
-        i = order[labels[0]]
-        if graph.options[i] is None:
-            notes = ["no GeluOptions table: approximate=False (exact)"]
-        else:
-            notes = [f"GeluOptions approximate={bool(graph.options[i].approximate)}"]
-    return replace(site, op=op, nodes=tuple(labels), note="; ".join(notes))
+    return [ErfUnit(tuple(sorted({order[neutral.nodes[j].name] for j in unit.nodes})), unit.error)
+            for unit in chains.find_erf_units(neutral)]
+
+
+def _finish(graph: TFLiteGraph, site: Site) -> Site:
+    """TFLite names (GELU and its options), Site.nodes in graph order."""
+    order = {label: i for i, label in enumerate(graph.op_labels)}
+    labels = sorted(site.nodes, key=order.__getitem__)
+    if site.op != "Gelu":
+        return replace(site, nodes=tuple(labels))
+    options = graph.options[order[labels[0]]]
+    note = ("no GeluOptions table: approximate=False (exact)" if options is None
+            else f"GeluOptions approximate={bool(options.approximate)}")
+    return replace(site, op="GELU", nodes=tuple(labels), note=note)
 
 
 def _relu_sites(graph: TFLiteGraph) -> list[Site]:
@@ -305,8 +185,7 @@ def _relu_sites(graph: TFLiteGraph) -> list[Site]:
     """
     sites = []
     sg = graph.subgraph
-    neutral, _ = chain_graph(graph)
-    in_units = {neutral.nodes[j].name for unit in chains.find_erf_units(neutral) for j in unit.nodes}
+    in_units = {graph.op_labels[i] for unit in find_erf_units(graph) for i in unit.ops}
     for i, op in enumerate(sg.operators):
         if not op.outputs or op.outputs[0] < 0 or graph.op_labels[i] in in_units:
             continue
@@ -326,8 +205,7 @@ def _gelu_sites(graph: TFLiteGraph) -> list[Site]:
 
 def measured_sites(graph: TFLiteGraph) -> list[Site]:
     """GELU and SiLU sites of subgraph 0 (what the inventory probes), graph order."""
-    neutral, units = chain_graph(graph)
-    return [_finish(graph, s, units) for s in chains.find_measured_sites(neutral)]
+    return [_finish(graph, s) for s in chains.find_measured_sites(chain_graph(graph))]
 
 
 def find_tflite_sites(model: TFLiteModel | str) -> list[Site]:
