@@ -137,6 +137,8 @@ def opened(fmt: str, path: Path) -> Artifact:
     """The artifact at `path`, parsed once per process while the file stays as it is (same size
     and modification time): a runtime worker's runner and the GELU measuring share one parse."""
     path = Path(path)
+    if not path.is_file():
+        raise BadInput(f"{path}: no such file")
     info = path.stat()
     key = (fmt, str(path.resolve()), info.st_size, info.st_mtime_ns)
     if _LAST_OPENED.get("key") != key:
