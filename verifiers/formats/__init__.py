@@ -9,15 +9,11 @@ checks itself against a target. A new format is one module here and one line in 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from verifiers.errors import BadInput
 from verifiers.registry import LazyRegistry
-
-if TYPE_CHECKING:
-    from verifiers.report import Report
-    from verifiers.target_check import Incompatibility
-    from verifiers.targets import Target
+from verifiers.report import Report
 
 
 class Artifact:
@@ -45,7 +41,7 @@ class Artifact:
         """What `exportgate inspect` shows, without the GELU sites."""
         raise NotImplementedError
 
-    def record_facts(self, report: "Report") -> None:
+    def record_facts(self, report: Report) -> None:
         """What the report records about the artifact (its opset, its minimum runtime version)."""
         raise NotImplementedError
 
@@ -54,8 +50,9 @@ class Artifact:
         runtime worker: the measuring runs the artifact's subgraphs)."""
         raise NotImplementedError
 
-    def check_target(self, target: "Target") -> list["Incompatibility"]:
-        """Every incompatibility with a target of this format."""
+    def check_target(self, target: Any) -> list:
+        """Every incompatibility (verifiers.target_check.Incompatibility) with a target
+        (verifiers.targets.Target) of this format."""
         raise NotImplementedError
 
     def gelu_swapped(self, sites: list) -> Any | None:
