@@ -66,10 +66,10 @@ from verifiers.gelu.catalogue import (
     Site,
 )
 from verifiers.gelu.fingerprint import fingerprint_sites
+from verifiers.gelu.onnx_graph import node_attrs, node_label, subgraph_reads
 from verifiers.gelu.onnx_sites import find_gelu_sites
-from verifiers.onnx_model import default_opset, elem_types
+from verifiers.onnx_model import DEFAULT_DOMAINS, default_opset, elem_types
 
-DEFAULT_DOMAINS = ("", "ai.onnx")
 GELU_OP_MIN_OPSET = 20
 PRIMITIVES = "primitives"
 GELU_OP = "gelu_op"
@@ -224,26 +224,9 @@ FORMS: dict[tuple[str, str], Form] = {
 # ---- graph helpers ------------------------------------------------------------------------
 
 
-def _label(node: onnx.NodeProto) -> str:
-    """A node's name, or its first output when it has none (as verifiers.gelu labels sites)."""
-    return node.name or node.output[0]
-
-
-def _subgraph_inputs(graph: onnx.GraphProto) -> set[str]:
-    """Every tensor name read by nodes of the graph's subgraphs (If/Loop/Scan bodies)."""
-    names: set[str] = set()
-    for node in graph.node:
-        for attr in node.attribute:
-            subs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
-            for sub in subs:
-                names.update(i for n in sub.node for i in n.input)
-                names |= _subgraph_inputs(sub)
-    return names
-
-
 def _read_names(graph: onnx.GraphProto) -> set[str]:
     """Tensor names the graph still reads: node inputs (subgraphs included) and graph outputs."""
-    return {i for n in graph.node for i in n.input} | _subgraph_inputs(graph) | {o.name for o in graph.output}
+    return {i for n in graph.node for i in n.input} | subgraph_reads(graph) | {o.name for o in graph.output}
 
 
 def _all_names(graph: onnx.GraphProto) -> set[str]:
@@ -268,7 +251,7 @@ def _locate(graph: onnx.GraphProto, site: Site) -> _Target:
     """The graph indices of a site's nodes, checked to compute site.output from site.input alone."""
     index: dict[str, int] = {}
     for i, node in enumerate(graph.node):
-        index.setdefault(_label(node), i)
+        index.setdefault(node_label(node), i)
     missing = [label for label in site.nodes if label not in index]
     if missing:
         raise ValueError(f"site {site.site_id}: nodes {missing} are not in this model's top-level graph")
@@ -277,7 +260,7 @@ def _locate(graph: onnx.GraphProto, site: Site) -> _Target:
     if site.output not in produced:
         raise ValueError(f"site {site.site_id}: its nodes do not write {site.output!r}")
     kept_readers = {t for i, n in enumerate(graph.node) if i not in nodes for t in n.input}
-    kept_readers |= _subgraph_inputs(graph) | {o.name for o in graph.output}
+    kept_readers |= subgraph_reads(graph) | {o.name for o in graph.output}
     leaking = sorted((produced - {site.output}) & kept_readers)
     if leaking:
         raise ValueError(f"site {site.site_id}: intermediate tensors {leaking} are read outside the site")
@@ -401,12 +384,11 @@ def gelu_op_sites(model: onnx.ModelProto) -> list[Site]:
     sites = []
     for node in model.graph.node:
         if node.op_type == "Gelu" and node.domain in DEFAULT_DOMAINS:
-            attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-            approximate = attrs.get("approximate", b"none").decode()
+            approximate = node_attrs(node).get("approximate", "none")
             claimed = {"none": EXACT, "tanh": TANH}.get(approximate)
             if claimed is None:
-                raise ValueError(f"Gelu node {_label(node)!r}: unknown approximate={approximate!r}")
-            sites.append(Site(f"{len(sites)}:{_label(node)}", "Gelu", claimed, (_label(node),),
+                raise ValueError(f"Gelu node {node_label(node)!r}: unknown approximate={approximate!r}")
+            sites.append(Site(f"{len(sites)}:{node_label(node)}", "Gelu", claimed, (node_label(node),),
                               node.input[0], node.output[0], f"approximate='{approximate}'"))
     return sites
 

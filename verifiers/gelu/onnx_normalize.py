@@ -12,11 +12,9 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-DEFAULT_DOMAINS = ("", "ai.onnx")
+from verifiers.onnx_model import DEFAULT_DOMAINS
 
-
-def _attrs(node: onnx.NodeProto) -> dict:
-    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+from .onnx_graph import node_attrs
 
 
 def split_duplicate_gemms(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -32,7 +30,7 @@ def split_duplicate_gemms(model: onnx.ModelProto) -> onnx.ModelProto:
         if node.op_type == "MatMul":
             products.setdefault((node.input[0], node.input[1]), node.output[0])
         elif node.op_type == "Gemm" and len(node.input) == 3:
-            attrs = _attrs(node)
+            attrs = node_attrs(node)
             product = products.get((node.input[0], node.input[1]))
             if product is None or attrs.get("transA", 0) or attrs.get("transB", 0) or attrs.get("alpha", 1.0) != 1.0:
                 continue

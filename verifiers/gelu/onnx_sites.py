@@ -17,47 +17,23 @@ import math
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
-from verifiers.onnx_model import iter_graphs, iter_nodes
+from verifiers.onnx_model import DEFAULT_DOMAINS, iter_graphs, iter_nodes
 
 from . import chains
 from .catalogue import EXACT, QUICK_ALPHA, TANH, Site
+from .onnx_graph import constant_scalar, node_attrs, node_label, op_name, tensor_value
+from .regions import ELEMENTWISE, evaluate
 
 MS_DOMAIN = "com.microsoft"
 
 
-def _tensor_value(tensor: onnx.TensorProto) -> np.ndarray | None:
-    """A tensor's value, or None for one numpy cannot hold (a data type this onnx does not know,
-    data that does not match its dims: hostile files pass onnx.checker with both)."""
-    try:
-        return numpy_helper.to_array(tensor)
-    except (KeyError, ValueError, TypeError):
-        return None
-
-
-def _constant_scalar(node: onnx.NodeProto) -> np.ndarray | None:
-    """The value of a one-element Constant node, else None."""
-    if len(node.attribute) != 1:
-        return None
-    attr = node.attribute[0]
-    if attr.name == "value" and math.prod(attr.t.dims) == 1:
-        return _tensor_value(attr.t)
-    if attr.name == "value_float":
-        return np.asarray(attr.f, dtype=np.float32)
-    if attr.name == "value_int":
-        return np.asarray(attr.i, dtype=np.int64)
-    return None
-
-
 def _fold(node: onnx.NodeProto, out: dict[str, np.ndarray]) -> np.ndarray | None:
     """What an elementwise node computes from scalar constants alone, else None."""
-    from .regions import ELEMENTWISE, evaluate
-
-    if node.domain not in ("", "ai.onnx") or len(node.output) != 1:
+    if node.domain not in DEFAULT_DOMAINS or len(node.output) != 1:
         return None
     if node.op_type == "Constant":
-        return _constant_scalar(node)
+        return constant_scalar(node)
     if node.op_type == "CastLike" and node.input[0] in out:
         return out[node.input[0]]
     inputs = [name for name in node.input if name]
@@ -78,7 +54,7 @@ def scalar_constants(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
     Only scalars are read, so large weights are never converted.
     """
     values = {
-        init.name: _tensor_value(init)
+        init.name: tensor_value(init)
         for g in iter_graphs(graph) for init in g.initializer
         if math.prod(init.dims) == 1 and init.data_location != onnx.TensorProto.EXTERNAL
     }
@@ -90,19 +66,8 @@ def scalar_constants(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
     return out
 
 
-def node_label(node: onnx.NodeProto) -> str:
-    """A node's name, or its first output when it has none."""
-    return node.name or node.output[0]
-
-
 def _op_node(node: onnx.NodeProto) -> chains.OpNode:
-    op = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
-    attrs = {}
-    for a in node.attribute:
-        if a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
-            continue
-        value = onnx.helper.get_attribute_value(a)
-        attrs[a.name] = value.decode() if isinstance(value, bytes) else value
+    op, attrs = op_name(node), node_attrs(node)
     inputs = tuple(node.input)
     if op == "Cast":
         attrs["to"] = onnx.helper.tensor_dtype_to_np_dtype(attrs["to"])
