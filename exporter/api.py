@@ -454,13 +454,13 @@ def targets(matrix: str | Path | None = None) -> list[dict[str, Any]]:
     """The known targets (the packaged matrix plus `matrix`), as `exportgate targets` lists them."""
     from dataclasses import asdict
 
-    from verifiers.targets import load_targets
+    from verifiers.target_matrix import load_targets
 
     return [asdict(t) for t in load_targets(Path(matrix) if matrix else None).values()]
 
 
 def _target(name: str, matrix: str | Path | None, fmt: str | None):
-    from verifiers.targets import get_target, load_targets
+    from verifiers.target_matrix import get_target, load_targets
 
     chosen = get_target(name, load_targets(Path(matrix) if matrix else None))
     if fmt is not None and chosen.format != fmt:

@@ -8,7 +8,7 @@ from exporter import api
 from exporter.frameworks import load_source
 from exporter.sources import make_batches
 from fixtures.specs import keras_model, torch_model
-from verifiers.target_check import version_greater
+from verifiers.target_facts import version_greater
 from verifiers.tflite_model import load_tflite
 
 

@@ -25,7 +25,7 @@ from runtime_venvs import (
     runtime_venv,
 )
 
-from verifiers.targets import load_targets
+from verifiers.target_matrix import load_targets
 from verifiers.tflite_model import load_tflite, used_ops
 
 pytestmark = [

@@ -16,16 +16,11 @@ import pytest
 import yaml
 from onnx import TensorProto, helper
 
-from verifiers.targets import load_targets
+from verifiers.target_matrix import load_targets
 from fixtures import make_broken_tflite as mbt
 from verifiers.report import Report
-from verifiers.target_check import (
-    Incompatibility,
-    check_artifact,
-    gap_op_and_dtypes,
-    to_findings,
-    version_greater,
-)
+from verifiers.target_check import check_artifact, to_findings
+from verifiers.target_facts import Incompatibility, gap_op_and_dtypes, version_greater
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -375,7 +370,7 @@ def test_incompatibility_kind_is_checked():
 def test_no_tensorflow_or_torch_import(tflite_file, onnx_file):
     code = textwrap.dedent(f"""
         import sys
-        from verifiers.targets import load_targets
+        from verifiers.target_matrix import load_targets
         from verifiers.target_check import check_artifact
         targets = load_targets()
         assert check_artifact({str(tflite_file("gelu"))!r}, targets["tflite-2.8"])

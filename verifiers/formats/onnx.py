@@ -25,7 +25,7 @@ from verifiers.onnx_model import (
     malformed_onnx_is_bad_input,
     relocate_external_data,
 )
-from verifiers.target_check import (
+from verifiers.target_facts import (
     Hits,
     Incompatibility,
     dtype_incompatibilities,

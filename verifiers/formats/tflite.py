@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from verifiers.errors import BadInput
 from verifiers.formats import Artifact, ArtifactFormat
-from verifiers.target_check import (
+from verifiers.target_facts import (
     Hits,
     Incompatibility,
     delegate_of,
