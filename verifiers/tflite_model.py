@@ -68,10 +68,6 @@ def builtin_name(code: int) -> str:
     return _BUILTIN_NAMES.get(code, f"BUILTIN_{code}")
 
 
-def builtin_code(name: str) -> int:
-    return getattr(schema().BuiltinOperator, name)
-
-
 # TensorType -> numpy dtype name (None: not a numpy type).
 _DTYPES = {
     0: "float32", 1: "float16", 2: "int32", 3: "uint8", 4: "int64", 5: "string", 6: "bool", 7: "int16",
@@ -354,9 +350,6 @@ class TFLiteModel:
     def buffer_bytes(self, index: int) -> bytes:
         start, length = self.buffers[index]
         return self.data[start:start + length]
-
-    def tensor_bytes(self, subgraph: int, tensor: int) -> bytes:
-        return self.buffer_bytes(self.subgraphs[subgraph].tensors[tensor].buffer)
 
     def constant(self, subgraph: int, tensor: int, max_elements: int | None = None) -> np.ndarray | None:
         """A constant tensor's value (quantized ones dequantized to float32), None when it has
