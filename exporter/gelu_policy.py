@@ -14,11 +14,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from verifiers.errors import BadInput, Incompatible
-from verifiers.targets import Target
+from verifiers.gelu.catalogue import FLAVOURS, GELU, PRIMITIVES, TANH, TFLITE, UNCATALOGUED, claim_for
+
+if TYPE_CHECKING:
+    from verifiers.targets import Target
 
 POLICIES = ("preserve", "tanh", "native")
+# --gelu tanh: every GELU-family flavour and every uncatalogued GELU-shaped curve becomes tanh, as declared.
+TANH_DECLARED = {f.name: TANH for f in FLAVOURS.values() if f.family in (GELU, UNCATALOGUED) and f.name != TANH}
+# What --gelu tanh sets the TFLite GELU builtin's approximate flag to.
+_TFLITE_TANH_FLAG = claim_for(TANH, TFLITE, "GELU").attr("approximate")
 # The TFLite runtime version the GELU builtin needs (runtime_version.cc; the converter stamps it).
 TFLITE_GELU_RUNTIME = "2.9.0"
 
@@ -46,12 +54,10 @@ def _onnx(path: Path, policy: str, target: Target | None) -> PolicyOutcome:
     from exporter.rewrites import (
         ERF_FREE,
         GELU_OP,
-        PRIMITIVES,
         decompose_gelu_ops,
         fuse_gelu_chains,
         replace_site,
     )
-    from verifiers.gelu.catalogue import EXACT, QUICK, TANH, UNKNOWN
     from verifiers.gelu.onnx_sites import find_gelu_sites
     from verifiers.onnx_model import default_opset
 
@@ -73,7 +79,7 @@ def _onnx(path: Path, policy: str, target: Target | None) -> PolicyOutcome:
         changed = [s for s in find_gelu_sites(model) if s.claimed != TANH]
         for site in changed:
             rewritten = replace_site(rewritten, site, TANH, form=form)
-        outcome.declared = {EXACT: TANH, QUICK: TANH, UNKNOWN: TANH}
+        outcome.declared = dict(TANH_DECLARED)
         outcome.notes.append(f"--gelu tanh: {len(changed)} GELU site(s) written as tanh (declared)")
     elif gelu_op and (target is not None or policy == "native"):
         rewritten = fuse_gelu_chains(model)
@@ -83,10 +89,11 @@ def _onnx(path: Path, policy: str, target: Target | None) -> PolicyOutcome:
             outcome.notes.append(f"{chains} GELU chain(s) fused into Gelu-20 nodes for {where}")
     elif target is not None:
         rewritten = decompose_gelu_ops(model, exact_form=PRIMITIVES if erf else ERF_FREE)
-        if not erf:
+        if not erf:  # erf chains of the source, written in their flavour's Erf-free form
             for site in find_gelu_sites(rewritten):
-                if site.claimed == EXACT and site.op == "erf-chain":
-                    rewritten = replace_site(rewritten, site, EXACT, form=ERF_FREE)
+                form = FLAVOURS[site.claimed].no_erf_form
+                if site.op == "erf-chain" and form not in (None, PRIMITIVES):
+                    rewritten = replace_site(rewritten, site, site.claimed, form=form)
             outcome.notes.append(f"exact GELU written without Erf for {target.name} (Erf-free polynomial)")
     if rewritten is not model:
         _save_onnx(rewritten, path)
@@ -111,8 +118,7 @@ def _save_onnx(model, path: Path) -> None:
 
 def _tflite(path: Path, policy: str, target: Target | None) -> PolicyOutcome:
     from exporter.rewrites import lower_gelu_ops, set_gelu_approximate
-    from verifiers.gelu.catalogue import EXACT, QUICK, TANH, UNKNOWN
-    from verifiers.target_check import version_greater
+    from verifiers.target_facts import version_greater
     from verifiers.tflite_model import load_tflite
 
     has_builtin = any(code.name == "GELU" for code in load_tflite(path).opcodes)
@@ -125,8 +131,8 @@ def _tflite(path: Path, policy: str, target: Target | None) -> PolicyOutcome:
         raise Incompatible(f"--gelu native: {target.name} does not run the GELU builtin")
     if policy == "tanh":
         path.write_bytes(set_gelu_approximate(path.read_bytes()))
-        outcome.declared = {EXACT: TANH, QUICK: TANH, UNKNOWN: TANH}
-        outcome.notes.append("--gelu tanh: every GELU builtin set to approximate=True (declared)")
+        outcome.declared = dict(TANH_DECLARED)
+        outcome.notes.append(f"--gelu tanh: every GELU builtin set to approximate={_TFLITE_TANH_FLAG} (declared)")
     if has_builtin and not runs_builtin:
         path.write_bytes(lower_gelu_ops(path.read_bytes()))
         outcome.notes.append(f"GELU builtins written as MUL/ADD/TANH and erf-polynomial chains for {target.name}")

@@ -10,9 +10,9 @@
                                     GELU with erf written as Abramowitz & Stegun 7.1.26 without
                                     SIGN (DIV/RELU/NEG/MUL/ADD/EXP/SUB; SIGN needs runtime 2.11):
                                     erf(z) = q(relu(-z)) - q(relu(z)), see
-                                    exporter.rewrites.onnx_gelu._exact_erf_free.
-               The same forms as exporter.rewrites.onnx_gelu.FORMS (tanh/primitives,
-               exact/erf_free), written by the same functions. Every new op is version 1 of a
+                                    verifiers.gelu.onnx_writer._exact_erf_free.
+               Each flavour's `no_erf_form` in the catalogue (tanh/primitives, exact/erf_free),
+               written by the same functions as verifiers.gelu.onnx_writer.FORMS. Every new op is version 1 of a
                builtin that TFLite 1.x/2.x runtimes have had since before 2.0 (MUL, ADD, SUB,
                DIV, TANH, EXP, NEG, RELU); constants are new scalar float32 tensors with their
                own buffers, shared by the sites of a subgraph.
@@ -32,7 +32,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from verifiers.gelu.catalogue import EXACT, TANH
+from verifiers.gelu.catalogue import TANH, TFLITE, claim_for, claimed_by, flavour
+from verifiers.gelu.onnx_writer import CONSTANTS, FORMS
+from verifiers.gelu.tflite_fingerprint import pack
 from verifiers.tflite_model import (
     MIN_RUNTIME_VERSION_KEY,
     builtin_name,
@@ -40,14 +42,13 @@ from verifiers.tflite_model import (
     schema,
 )
 
-from .onnx_gelu import CONSTANTS, ERF_FREE, FORMS, PRIMITIVES
-
 GELU = 150
 FLOAT32 = 0  # TensorType
 _BUILTINS = {"Mul": "MUL", "Add": "ADD", "Sub": "SUB", "Div": "DIV", "Tanh": "TANH", "Exp": "EXP",
              "Neg": "NEG", "Relu": "RELU"}
 _OPTIONS = {"MUL": "MulOptions", "ADD": "AddOptions", "SUB": "SubOptions", "DIV": "DivOptions"}
-_FORMS = {EXACT: FORMS[(EXACT, ERF_FREE)], TANH: FORMS[(TANH, PRIMITIVES)]}
+# The GELU builtin's approximate flag for the tanh flavour (what --gelu tanh sets).
+_TANH_FLAG = claim_for(TANH, TFLITE, "GELU").attr("approximate")
 
 
 def _code(opcode) -> int:
@@ -57,7 +58,7 @@ def _code(opcode) -> int:
 class _Writer:
     """Writes a form's nodes as TFLite operators into one subgraph; tensors are tensor indices.
 
-    The interface of onnx_gelu._Writer (node, const), so FORMS' write functions run unchanged.
+    The interface of onnx_writer._Writer (node, const), so FORMS' write functions run unchanged.
     """
 
     def __init__(self, model, subgraph, constants: dict[str, int], prefix: str, like):
@@ -116,8 +117,9 @@ def _opcode_index(model, code: int) -> int:
 
 
 def _flavour(op) -> str:
-    """approximate=True -> tanh; False or no GeluOptions table -> exact."""
-    return TANH if op.builtinOptions is not None and op.builtinOptions.approximate else EXACT
+    """The flavour the catalogue says a GELU op claims by its approximate flag (no GeluOptions table reads False)."""
+    approximate = bool(op.builtinOptions is not None and op.builtinOptions.approximate)
+    return claimed_by(TFLITE, "GELU", {"approximate": approximate})[0].name
 
 
 def _lower_subgraph(model, g: int) -> int:
@@ -137,9 +139,9 @@ def _lower_subgraph(model, g: int) -> int:
                              f"tensor of TensorType {source.type}, not float32: cannot be lowered")
         # the converter joins fused ops' names with ";": the first part names the new tensors
         name = (subgraph.tensors[y].name or b"").decode("utf-8", "replace").split(";", 1)[0] or f"gelu_{k}"
-        flavour = _flavour(op)
-        writer = _Writer(model, subgraph, constants, f"{name}/exportgate_{flavour}", subgraph.tensors[y])
-        _FORMS[flavour].write(writer, x, y)
+        flavour_name = _flavour(op)
+        writer = _Writer(model, subgraph, constants, f"{name}/exportgate_{flavour_name}", subgraph.tensors[y])
+        FORMS[flavour_name, flavour(flavour_name).no_erf_form].write(writer, x, y)
         operators.extend(writer.operators)
         lowered += 1
     subgraph.operators = operators
@@ -168,14 +170,6 @@ def _update_min_runtime_version(model) -> None:
         buffer.data = np.frombuffer(version.ljust(size, b"\0"), np.uint8)
 
 
-def _pack(model) -> bytes:
-    import flatbuffers
-
-    builder = flatbuffers.Builder(1024)
-    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
-    return bytes(builder.Output())
-
-
 def lower_gelu_ops(content: bytes) -> bytes:
     """The .tflite `content` with every GELU op written as primitive builtins of its flavour.
 
@@ -192,7 +186,7 @@ def lower_gelu_ops(content: bytes) -> bytes:
         return bytes(content)
     _drop_unused_gelu_codes(model)
     _update_min_runtime_version(model)
-    return _pack(model)
+    return pack(model)
 
 
 def set_gelu_approximate(content: bytes) -> bytes:
@@ -208,8 +202,8 @@ def set_gelu_approximate(content: bytes) -> bytes:
         for op in subgraph.operators or []:
             if _code(model.operatorCodes[op.opcodeIndex]) == GELU and _flavour(op) != TANH:
                 options = s.GeluOptionsT()
-                options.approximate = True
+                options.approximate = _TANH_FLAG
                 op.builtinOptionsType = s.BuiltinOptions.GeluOptions
                 op.builtinOptions = options
                 changed += 1
-    return _pack(model) if changed else bytes(content)
+    return pack(model) if changed else bytes(content)

@@ -1,55 +1,35 @@
 """GELU flavours: the shared catalogue, site finders (ONNX, PyTorch, Keras) and the ONNX site fingerprint.
 
-The PyTorch and Keras finders import torch / tensorflow only when called.
+Names load on first use (the catalogue needs only the standard library; the finders and the
+fingerprint bring numpy, onnx and onnxruntime). The PyTorch and Keras finders import torch /
+tensorflow only when called.
 """
 
-from .catalogue import (
-    EXACT,
-    FLAVOURS,
-    IDENTITY,
-    INV_SQRT_2,
-    PROBES,
-    QUICK,
-    QUICK_ALPHA,
-    RELU,
-    SQRT_2_OVER_PI,
-    TANH,
-    TANH_CUBIC_COEFF,
-    UNKNOWN,
-    Classification,
-    Flavour,
-    Site,
-    classify,
-)
-from .fingerprint import Fingerprint, fingerprint_site, fingerprint_sites
-from .keras_sites import find_keras_relu_sites, find_keras_sites
-from .onnx_sites import find_gelu_sites, find_relu_sites
-from .torch_sites import find_torch_relu_sites, find_torch_sites
+from __future__ import annotations
 
-__all__ = [
-    "EXACT",
-    "FLAVOURS",
-    "IDENTITY",
-    "INV_SQRT_2",
-    "PROBES",
-    "QUICK",
-    "QUICK_ALPHA",
-    "RELU",
-    "SQRT_2_OVER_PI",
-    "TANH",
-    "TANH_CUBIC_COEFF",
-    "UNKNOWN",
-    "Classification",
-    "Fingerprint",
-    "Flavour",
-    "Site",
-    "classify",
-    "find_gelu_sites",
-    "find_keras_relu_sites",
-    "find_keras_sites",
-    "find_relu_sites",
-    "find_torch_relu_sites",
-    "find_torch_sites",
-    "fingerprint_site",
-    "fingerprint_sites",
-]
+import importlib
+
+_EXPORTS = {
+    "catalogue": ("EXACT", "FLAVOURS", "IDENTITY", "INV_SQRT_2", "QUICK", "QUICK_ALPHA", "RELU", "SQRT_2_OVER_PI",
+                  "TANH", "TANH_CUBIC_COEFF", "UNKNOWN", "Flavour", "Site"),
+    "classification": ("PROBES", "Classification", "classify"),
+    "fingerprint": ("Fingerprint", "fingerprint_site", "fingerprint_sites"),
+    "keras_sites": ("find_keras_relu_sites", "find_keras_sites"),
+    "onnx_sites": ("find_gelu_sites", "find_relu_sites"),
+    "torch_sites": ("find_torch_relu_sites", "find_torch_sites"),
+}
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+__all__ = sorted(_MODULE_OF)
+
+
+def __getattr__(name: str):
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

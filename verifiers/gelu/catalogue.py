@@ -1,31 +1,30 @@
-"""The GELU flavour catalogue shared by every site matcher (ONNX, PyTorch, Keras, TFLite).
+"""The GELU flavour catalogue: one `Flavour` record per flavour, read by every matcher, writer and policy.
 
-Each flavour has a float64 reference curve; `classify` names the flavour a site computes
-from its outputs on `PROBES`. Distances between flavours (max |a - b| on [-10, 10]):
-exact-tanh 4.73e-4 (x = +-2.70), tanh-"0.0447 typo" 8.7e-6 (x = +-1.84),
-exact-quick 2.03e-2 (x = +-2.27), exact-relu 0.170 (x = +-0.75), exact-silu 0.19.
+A record holds what exportgate knows about a flavour: its name, the constants its formula is
+written with, its float64 reference curve, the writer forms that write it
+(`verifiers.gelu.onnx_writer`, which the ONNX and TFLite rewrites run), the `approximate` value of
+the ONNX Gelu-20 node that computes it (None when Gelu-20 cannot express it), and the fused or
+framework ops that claim it (`Claim`: com.microsoft ops, the TFLite GELU builtin's approximate
+flag, torch's aten.gelu approximate value, Keras' approximate flag). Lookups: `flavour(name)`,
+`claimed_by(framework, op, attrs)`, `claim_for(name, framework, op)`, `gelu20_flavour(approximate)`.
 
-Probes come in two parts: the core (|x| <= 6), where the flavours differ and the flavour is
-decided, and the tails (`tail_probes`, out to +-1e4 in float32 and to the overflow edge in
-float16), where every GELU flavour is max(x, 0) to float precision. A site that returns NaN/Inf
-there, or a wrong tail value (a saturation bug, an overflowing x^3), is `unknown` with the tail
-named. A flavour is also recognised up to a constant scale (k * GELU, as when a converter folds
-GELU's 0.5 into the next linear op): the classification reports the scale; whether it is
-accounted for is the verdict's question.
+Distances between the reference curves (max |a - b| on [-10, 10]): exact-tanh 4.73e-4
+(x = +-2.70), tanh-"0.0447 typo" 8.7e-6 (x = +-1.84), exact-quick 2.03e-2 (x = +-2.27), exact-relu
+0.170 (x = +-0.75), exact-silu 0.19. Measured outputs are classified against the curves in
+`classification`.
+
+Importing this module needs only the standard library (the fixture scripts read its names); the
+reference curves import numpy when called.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
-
-import numpy as np
-
-SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)  # tanh flavour: scale inside tanh, 0.7978845608
-TANH_CUBIC_COEFF = 0.044715  # tanh flavour: coefficient of x**3
-QUICK_ALPHA = 1.702  # quick flavour: x * sigmoid(QUICK_ALPHA * x)
-INV_SQRT_2 = 1.0 / math.sqrt(2.0)  # exact flavour: erf argument is x / sqrt(2)
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from types import MappingProxyType
+from typing import Any
 
 EXACT = "exact"
 TANH = "tanh"
@@ -35,117 +34,221 @@ IDENTITY = "identity"
 SILU = "silu"
 UNKNOWN = "unknown"
 
-# Where the flavours differ most (see module docstring), the negative tail down to -6
-# (where float32 exact GELU loses relative accuracy) and a few generic points.
-PROBES = np.array(
-    [-6.0, -5.0, -4.0, -3.0, -2.7, -2.27, -1.84, -1.5, -1.0, -0.75, -0.5, -0.25,
-     0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 1.84, 2.27, 2.7, 3.0, 4.0, 6.0]
-)
-CORE_LIMIT = 6.0  # |x| above this is tail: every GELU flavour is max(x, 0) there
-# Where field bugs live: tanh-GELU kernels returning NaN below -13, x^3 overflowing, saturation.
-_TAILS = (10.0, 13.0, 20.0, 100.0, 1e3, 1e4)
-_FLOAT16_TAILS = (*_TAILS, 3e4, 6e4)  # float16 overflows at 65504 (x^3 already at |x| > 40)
+# Families: what a flavour is to the guard.
+GELU = "gelu"  # a GELU flavour: a site of its own, judged
+ACTIVATION = "activation"  # another activation a GELU may turn into (a site of its own, not listed when kept)
+REMOVED = "removed"  # no activation at all
+UNCATALOGUED = "uncatalogued"  # GELU-shaped, but no flavour of the catalogue
+
+# Writer forms (verifiers.gelu.onnx_writer.FORMS is keyed (flavour, form)).
+PRIMITIVES = "primitives"  # default-domain elementwise ops, opset 13+
+GELU_OP = "gelu_op"  # one Gelu-20 node with the flavour's approximate attribute, opset 20+
+ERF_FREE = "erf_free"  # primitives without Erf (erf as Abramowitz & Stegun 7.1.26)
+
+# Frameworks a Claim names ops of (ONNX ops outside the default domain are "{domain}.{op_type}").
+ONNX, TFLITE, TORCH, KERAS = "onnx", "tflite", "torch", "keras"
 
 
-def tail_probes(dtype: np.dtype | type = np.float32) -> np.ndarray:
-    """Tail probe inputs for a dtype: +-1e4 for float32/float64, to the overflow edge for float16."""
-    tails = _FLOAT16_TAILS if np.dtype(dtype) == np.float16 else _TAILS
-    return np.array([-t for t in reversed(tails)] + list(tails))
+@dataclass(frozen=True)
+class Claim:
+    """An op that says it computes a flavour: the framework, the op as that framework's site finder
+    names it, the attribute values that make the claim, and the note a site claimed by it gets."""
+
+    framework: str
+    op: str
+    attrs: tuple[tuple[str, Any], ...] = ()
+    note: str = ""
+
+    def attr(self, name: str) -> Any:
+        return dict(self.attrs)[name]
+
+    def matches(self, framework: str, op: str, attrs: Mapping[str, Any]) -> bool:
+        return (framework, op) == (self.framework, self.op) and all(
+            name in attrs and attrs[name] == value for name, value in self.attrs)
 
 
-def probe_inputs(dtype: np.dtype | type = np.float32) -> np.ndarray:
-    """Core probes and tail probes together, in the given dtype."""
-    return np.concatenate([PROBES, tail_probes(dtype)]).astype(dtype)
+@dataclass(frozen=True, eq=False)
+class Flavour:
+    """One catalogued flavour (see the module docstring); `reference` is None for `unknown`.
 
-# Match tolerances (max abs residual) for outputs computed in a given precision.
-# float32: onnxruntime's float32 GELUs (fused ops and chains) land within 2.7e-7 of their
-# reference on PROBES (exact 1.5e-7, tanh 1.9e-7, quick 2.7e-7) and within 8.7e-7 on a dense
-# [-6, 6] grid (about two output ulps near |y| = 5); exact via 1+erf in float32 can be off by
-# 6.8e-7. The tanh formula with the 0.0447 typo is 8.7e-6 from true tanh on PROBES.
-# 3e-6 sits >3x above every float32 error and ~3x below the typo, so the typo classifies as
-# unknown, not tanh.
-FLOAT32_TOLERANCE = 3e-6
-# float16: onnxruntime float16 GELU kernels land within 1e-3 of their reference (quick 5e-4),
-# which cannot separate exact from tanh (4.7e-4 apart) but does separate quick (2e-2 away).
-FLOAT16_TOLERANCE = 5e-3
-# A curve is GELU-shaped when it is this close to exact, tanh or quick: 2.5x the widest gap
-# inside the GELU family (exact-quick 2.03e-2), well under relu (0.17) and SiLU (0.19).
-GELU_SHAPE_TOLERANCE = 5e-2
-# Tails: |y - max(x, 0)| within TAIL_ABS + TAIL_REL * |x| (float32 ulps at 1e4 are ~1e-3; quick is
-# -4e-7 at x = -10). float16 outputs get float16 relative precision.
-TAIL_ABS = 1e-5
-TAIL_REL = {np.dtype(np.float16): 2e-3}
-DEFAULT_TAIL_REL = 1e-5
+    constants: the numbers its formula is written with, by the key writers and matchers use.
+    forms: the writer forms that write it; no_erf_form: the one written where Erf cannot run
+    (TFLite lowering, ONNX targets without Erf). scalable: recognised up to a constant scale.
+    """
+
+    name: str
+    description: str
+    reference: Callable[[Any], Any] | None
+    family: str
+    constants: Mapping[str, float] = field(default_factory=dict)
+    scalable: bool = False
+    forms: tuple[str, ...] = ()
+    no_erf_form: str | None = None
+    gelu20_approximate: str | None = None
+    claims: tuple[Claim, ...] = ()
+
+    def __post_init__(self):
+        object.__setattr__(self, "constants", MappingProxyType(dict(self.constants)))
+        if self.gelu20_approximate is not None and GELU_OP not in self.forms:
+            raise ValueError(f"flavour {self.name}: Gelu-20 expresses it, but {GELU_OP!r} is not among its forms")
+        if self.no_erf_form is not None and self.no_erf_form not in self.forms:
+            raise ValueError(f"flavour {self.name}: no_erf_form {self.no_erf_form!r} is not among its forms")
+
+    def constant(self, key: str) -> float:
+        return self.constants[key]
 
 
-def _sigmoid(z: np.ndarray) -> np.ndarray:
-    return 0.5 * (1.0 + np.tanh(0.5 * z))
+# ---- reference curves (float64; numpy loads on the first call) ----------------------------------
 
 
-_erf = np.vectorize(math.erf, otypes=[np.float64])
+def _np():
+    import numpy
+
+    return numpy
 
 
-def exact(x: np.ndarray) -> np.ndarray:
+@cache
+def _vectorized_erf():
+    np = _np()
+    return np.vectorize(math.erf, otypes=[np.float64])
+
+
+def erf(x):
+    """math.erf elementwise, in float64."""
+    return _vectorized_erf()(x)
+
+
+def _sigmoid(z):
+    return 0.5 * (1.0 + _np().tanh(0.5 * z))
+
+
+def exact(x):
     """x * Phi(x) in float64."""
+    np = _np()
     x = np.asarray(x, dtype=np.float64)
-    return 0.5 * x * (1.0 + _erf(x * INV_SQRT_2))
+    return 0.5 * x * (1.0 + erf(x * INV_SQRT_2))
 
 
-def tanh(x: np.ndarray) -> np.ndarray:
+def tanh(x):
     """The tanh approximation of GELU in float64."""
+    np = _np()
     x = np.asarray(x, dtype=np.float64)
     return 0.5 * x * (1.0 + np.tanh(SQRT_2_OVER_PI * (x + TANH_CUBIC_COEFF * x**3)))
 
 
-def quick(x: np.ndarray) -> np.ndarray:
+def quick(x):
     """x * sigmoid(1.702 x) in float64."""
+    np = _np()
     x = np.asarray(x, dtype=np.float64)
     return x * _sigmoid(QUICK_ALPHA * x)
 
 
-def relu(x: np.ndarray) -> np.ndarray:
+def relu(x):
     """max(x, 0) in float64."""
+    np = _np()
     return np.maximum(np.asarray(x, dtype=np.float64), 0.0)
 
 
-def silu(x: np.ndarray) -> np.ndarray:
+def silu(x):
     """x * sigmoid(x) in float64 (SiLU / swish: a plausible swap for GELU)."""
+    np = _np()
     x = np.asarray(x, dtype=np.float64)
     return x * _sigmoid(x)
 
 
-def identity(x: np.ndarray) -> np.ndarray:
+def identity(x):
     """x in float64 (the activation is gone)."""
+    np = _np()
     return np.asarray(x, dtype=np.float64)
 
 
-@dataclass(frozen=True)
-class Flavour:
-    """A catalogued flavour; `reference` is None for `unknown`."""
-
-    name: str
-    description: str
-    reference: Callable[[np.ndarray], np.ndarray] | None
-
+# ---- the records ------------------------------------------------------------------------------
 
 FLAVOURS: dict[str, Flavour] = {
     f.name: f
     for f in (
-        Flavour(EXACT, "x*Phi(x) = 0.5x(1+erf(x/sqrt2))", exact),
-        Flavour(TANH, "0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3)))", tanh),
-        Flavour(QUICK, "x*sigmoid(1.702x)", quick),
-        Flavour(RELU, "max(x, 0): a ReLU stands where a GELU was", relu),
-        Flavour(IDENTITY, "x: the activation is gone", identity),
-        Flavour(SILU, "x*sigmoid(x): a SiLU stands where a GELU was", silu),
-        Flavour(UNKNOWN, "GELU-shaped but matches no catalogued flavour (e.g. wrong constants)", None),
+        Flavour(
+            EXACT, "x*Phi(x) = 0.5x(1+erf(x/sqrt2))", exact, GELU,
+            constants={"half": 0.5, "one": 1.0, "sqrt2": math.sqrt(2.0)},
+            scalable=True, forms=(PRIMITIVES, GELU_OP, ERF_FREE), no_erf_form=ERF_FREE, gelu20_approximate="none",
+            claims=(
+                Claim(ONNX, "com.microsoft.Gelu", note="exact kernel"),
+                Claim(ONNX, "com.microsoft.BiasGelu",
+                      note="exact kernel (onnxruntime's optimizer writes it for tanh Gelu too)"),
+                Claim(TFLITE, "GELU", (("approximate", False),)),  # also what no GeluOptions table reads as
+                Claim(TORCH, "aten.gelu.default", (("approximate", "none"),)),
+                Claim(KERAS, "gelu", (("approximate", False),)),
+            ),
+        ),
+        Flavour(
+            TANH, "0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3)))", tanh, GELU,
+            constants={"half": 0.5, "one": 1.0, "tanh_scale": math.sqrt(2.0 / math.pi), "cubic": 0.044715},
+            scalable=True, forms=(PRIMITIVES, GELU_OP), no_erf_form=PRIMITIVES, gelu20_approximate="tanh",
+            claims=(
+                Claim(ONNX, "com.microsoft.FastGelu", note="tanh kernel"),
+                Claim(TFLITE, "GELU", (("approximate", True),)),
+                Claim(TORCH, "aten.gelu.default", (("approximate", "tanh"),)),
+                Claim(KERAS, "gelu", (("approximate", True),)),
+            ),
+        ),
+        Flavour(
+            QUICK, "x*sigmoid(1.702x)", quick, GELU,
+            constants={"quick_alpha": 1.702},
+            scalable=True, forms=(PRIMITIVES,), no_erf_form=PRIMITIVES,
+            claims=(Claim(ONNX, "com.microsoft.QuickGelu"),),  # when its alpha attribute is quick_alpha
+        ),
+        Flavour(RELU, "max(x, 0): a ReLU stands where a GELU was", relu, ACTIVATION,
+                forms=(PRIMITIVES,), no_erf_form=PRIMITIVES),
+        Flavour(IDENTITY, "x: the activation is gone", identity, REMOVED, forms=(PRIMITIVES,), no_erf_form=PRIMITIVES),
+        Flavour(SILU, "x*sigmoid(x): a SiLU stands where a GELU was", silu, ACTIVATION, scalable=True),
+        Flavour(UNKNOWN, "GELU-shaped but matches no catalogued flavour (e.g. wrong constants)", None, UNCATALOGUED),
     )
 }
-GELU_FAMILY = (EXACT, TANH, QUICK)
+
+GELU_FAMILY = tuple(f.name for f in FLAVOURS.values() if f.family == GELU)
 # Activations that are sites of their own: aligned with GELU sites (a GELU may turn into one),
 # not listed when kept.
-OTHER_ACTIVATIONS = (RELU, SILU)
+OTHER_ACTIVATIONS = tuple(f.name for f in FLAVOURS.values() if f.family == ACTIVATION)
 # Flavours recognised up to a constant scale.
-SCALABLE = (*GELU_FAMILY, SILU)
+SCALABLE = tuple(f.name for f in FLAVOURS.values() if f.scalable)
+# The constants by name, read from the records.
+SQRT_2_OVER_PI = FLAVOURS[TANH].constant("tanh_scale")  # tanh flavour: scale inside tanh, 0.7978845608
+TANH_CUBIC_COEFF = FLAVOURS[TANH].constant("cubic")  # tanh flavour: coefficient of x**3
+QUICK_ALPHA = FLAVOURS[QUICK].constant("quick_alpha")  # quick flavour: x * sigmoid(QUICK_ALPHA * x)
+INV_SQRT_2 = 1.0 / FLAVOURS[EXACT].constant("sqrt2")  # exact flavour: erf argument is x / sqrt(2)
+
+
+# ---- lookups ----------------------------------------------------------------------------------
+
+
+def flavour(name: str) -> Flavour:
+    """The record of a flavour by name."""
+    try:
+        return FLAVOURS[name]
+    except KeyError:
+        raise KeyError(f"no flavour {name!r}; catalogued: {', '.join(FLAVOURS)}") from None
+
+
+def claimed_by(framework: str, op: str, attrs: Mapping[str, Any] | None = None) -> tuple[Flavour, Claim] | None:
+    """The flavour an op of a framework claims with these attributes, and the claim; None when it claims none."""
+    for f in FLAVOURS.values():
+        for claim in f.claims:
+            if claim.matches(framework, op, attrs or {}):
+                return f, claim
+    return None
+
+
+def claim_for(name: str, framework: str, op: str) -> Claim | None:
+    """How an op of a framework claims flavour `name` (e.g. the TFLite GELU flag for tanh), or None."""
+    return next((c for c in flavour(name).claims if (c.framework, c.op) == (framework, op)), None)
+
+
+def gelu20_flavour(approximate: str) -> str | None:
+    """The flavour a Gelu-20 node with this approximate attribute computes (None for other values)."""
+    return next((f.name for f in FLAVOURS.values() if f.gelu20_approximate == approximate), None)
+
+
+# ---- sites --------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -172,122 +275,3 @@ class Site:
     scale: float = 1.0
     used: bool = True
     absorbed_by: str = ""
-
-
-@dataclass(frozen=True)
-class Classification:
-    """What a site's outputs say: flavour, residual per reference, and how sure that is.
-
-    When not confident, flavour is only the nearest reference (or unknown); note says why.
-    """
-
-    flavour: str
-    residuals: dict[str, float]
-    confident: bool
-    note: str
-    scale: float = 1.0  # the site computes scale * flavour
-    tail: str = ""  # what went wrong in the tails ("NaN at x=-20"), empty when they hold
-
-
-def residuals(x: np.ndarray, y: np.ndarray, scale: float = 1.0) -> dict[str, float]:
-    """Max abs difference between y and scale * every reference flavour at x (NaN counts as inf)."""
-    x = np.asarray(x, dtype=np.float64).reshape(-1)
-    y = np.asarray(y, dtype=np.float64).reshape(-1)
-    if x.shape != y.shape:
-        raise ValueError(f"{y.size} outputs for {x.size} probe inputs")
-    out = {}
-    with np.errstate(all="ignore"):
-        for f in FLAVOURS.values():
-            if f.reference is not None:
-                r = float(np.max(np.abs(y - scale * f.reference(x))))
-                out[f.name] = r if math.isfinite(r) else math.inf
-    return out
-
-
-def is_gelu_shaped(res: dict[str, float]) -> bool:
-    """Whether residuals put the curve within GELU_SHAPE_TOLERANCE of the GELU family."""
-    return min(res[name] for name in GELU_FAMILY) <= GELU_SHAPE_TOLERANCE
-
-
-def _best_scale(x: np.ndarray, y: np.ndarray) -> tuple[str, float] | None:
-    """The scalable flavour and scale k minimising max |y - k * f| (least-squares k), if finite."""
-    best = None
-    with np.errstate(all="ignore"):
-        for name in SCALABLE:
-            f = FLAVOURS[name].reference(x)
-            k = float(np.dot(y, f) / np.dot(f, f))
-            if not math.isfinite(k) or abs(k) < 1e-6:
-                continue
-            r = float(np.max(np.abs(y - k * f)))
-            if math.isfinite(r) and (best is None or r / abs(k) < best[2]):
-                best = (name, k, r / abs(k))
-    return None if best is None else (best[0], best[1])
-
-
-def check_tails(x: np.ndarray, y: np.ndarray, flavour: str, scale: float = 1.0,
-                dtype: np.dtype | None = None) -> str:
-    """Empty when every tail value is finite and scale * flavour(x) to float precision; else what is off."""
-    rel = TAIL_REL.get(np.dtype(dtype) if dtype is not None else None, DEFAULT_TAIL_REL)
-    with np.errstate(all="ignore"):
-        expected = scale * FLAVOURS[flavour].reference(x)
-    for xv, yv, ev in zip(x, y, expected):
-        if not math.isfinite(yv):
-            return f"{'NaN' if math.isnan(yv) else 'Inf'} at x={xv:g}"
-        if abs(yv - ev) > TAIL_ABS + rel * abs(scale * xv):
-            return f"{yv:.6g} at x={xv:g} where {flavour} gives {ev:.6g}"
-    return ""
-
-
-def classify(x: np.ndarray, y: np.ndarray, tolerance: float = FLOAT32_TOLERANCE) -> Classification:
-    """Name the flavour whose reference is nearest to y, or unknown.
-
-    The flavour is decided on the core probes (|x| <= CORE_LIMIT). Within tolerance of one flavour:
-    that flavour, confident. Within tolerance of several (float16 cannot separate exact from
-    tanh): the nearest, not confident. Within tolerance of scale * a flavour (k != 1): that flavour
-    with its scale. Within none but GELU-shaped: unknown, confident. Not GELU-shaped at all:
-    unknown, not confident. Tail probes (|x| > CORE_LIMIT), when given, must be finite and
-    on the flavour's curve (times the scale): otherwise the site is unknown with the tail named.
-    """
-    x = np.asarray(x).reshape(-1)
-    y = np.asarray(y).reshape(-1)
-    if x.shape != y.shape:
-        raise ValueError(f"{y.size} outputs for {x.size} probe inputs")
-    xf, yf = x.astype(np.float64), y.astype(np.float64)
-    core = np.abs(xf) <= CORE_LIMIT
-    result = _classify_core(xf[core], yf[core], tolerance)
-    if not core.all() and result.flavour != UNKNOWN:
-        tail = check_tails(xf[~core], yf[~core], result.flavour, result.scale, y.dtype)
-        if tail:
-            return Classification(UNKNOWN, result.residuals, True,
-                                  f"{result.flavour} on the core probes, but the tail is off: {tail}",
-                                  result.scale, tail)
-    return result
-
-
-def _classify_core(x: np.ndarray, y: np.ndarray, tolerance: float) -> Classification:
-    res = residuals(x, y)
-    ranked = sorted(res, key=res.get)
-    best = ranked[0]
-    matching = [name for name in ranked if res[name] <= tolerance]
-    if len(matching) == 1:
-        return Classification(best, res, True, f"{best} within {res[best]:.2g} (tolerance {tolerance:.2g})")
-    if matching:
-        return Classification(
-            best, res, False,
-            f"{' and '.join(matching)} all within tolerance {tolerance:.2g}: outputs cannot separate them",
-        )
-    scaled = _best_scale(x, y)
-    if scaled is not None:
-        name, k = scaled
-        scaled_res = residuals(x, y, k)
-        if scaled_res[name] <= tolerance * max(1.0, abs(k)):
-            close = [n for n in SCALABLE if scaled_res[n] <= tolerance * max(1.0, abs(k))]
-            return Classification(
-                name, scaled_res, len(close) == 1,
-                f"{k:.6g} x {name} within {scaled_res[name]:.2g} (tolerance {tolerance:.2g})", k)
-    if is_gelu_shaped(res):
-        return Classification(
-            UNKNOWN, res, True,
-            f"GELU-shaped but nearest flavour {best} is {res[best]:.2g} away (tolerance {tolerance:.2g})",
-        )
-    return Classification(UNKNOWN, res, False, f"not GELU-shaped: nearest flavour {best} is {res[best]:.2g} away")

@@ -36,7 +36,6 @@ of its units.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -46,7 +45,6 @@ import numpy as np
 from .catalogue import (
     EXACT,
     INV_SQRT_2,
-    PROBES,
     QUICK,
     QUICK_ALPHA,
     RELU,
@@ -56,11 +54,14 @@ from .catalogue import (
     TANH_CUBIC_COEFF,
     UNKNOWN,
     Site,
-    is_gelu_shaped,
-    residuals,
+    erf,
+    flavour,
+    gelu20_flavour,
 )
+from .classification import PROBES, is_gelu_shaped, residuals
 from .regions import RegionFinder, evaluate
 
+_EXACT, _TANH = flavour(EXACT).constants, flavour(TANH).constants
 _SCALING_OPS = ("Mul", "Div", "Neg")
 _MAX_DEPTH = 8
 
@@ -326,7 +327,8 @@ class ChainGraph:
                 continue
             prod, out = found
             ok, note = _check(
-                [("erf scale", sign * scale.coeff, INV_SQRT_2), ("one", one, 1.0), ("outer", prod.coeff, 0.5)],
+                [("erf scale", sign * scale.coeff, INV_SQRT_2), ("one", one, _EXACT["one"]),
+                 ("outer", prod.coeff, _EXACT["half"])],
                 max(scale.eps, one_eps, prod.eps),
             )
             nodes = scale.nodes | prod.nodes | {i, add}
@@ -349,7 +351,7 @@ class ChainGraph:
                 ok, note = _check(
                     [("tanh scale", scale.coeff * linear.coeff, SQRT_2_OVER_PI),
                      ("cubic coeff", cubic.coeff / linear.coeff, TANH_CUBIC_COEFF),
-                     ("one", one, 1.0), ("outer", prod.coeff, 0.5)],
+                     ("one", one, _TANH["one"]), ("outer", prod.coeff, _TANH["half"])],
                     max(scale.eps, linear.eps, cubic.eps, one_eps, prod.eps),
                 )
                 nodes = scale.nodes | linear.nodes | cubic.nodes | prod.nodes | {i, add}
@@ -409,10 +411,10 @@ class ChainGraph:
         return None
 
     def match_gelu(self, i: int) -> Match | None:
-        """A one-node Gelu: its approximate attribute says the flavour."""
+        """A one-node Gelu: its approximate attribute says the flavour (the catalogue's Gelu-20 values)."""
         node = self.nodes[i]
         approximate = node.attrs.get("approximate", "none")
-        claimed = {"none": EXACT, "tanh": TANH}.get(approximate, UNKNOWN)
+        claimed = gelu20_flavour(approximate) or UNKNOWN
         return Match("Gelu", claimed, frozenset({i}), node.inputs[0], node.outputs[0], f"approximate='{approximate}'")
 
 
@@ -424,7 +426,7 @@ ERF_UNIT_OPS = ("Mul", "Add", "Sub", "Div", *_UNARY_UNIT_OPS, *_CLAMPS)
 ERF_UNIT_TOLERANCE = 1e-5  # exportgate's A&S unit is within 1.5e-7 of erf; litert-torch's rational one ~1e-6
 _MAX_UNIT_NODES = 96
 _UNIT_GRID = np.linspace(-6.0, 6.0, 481)
-_UNIT_ERF = np.vectorize(math.erf, otypes=[np.float64])(_UNIT_GRID)
+_UNIT_ERF = erf(_UNIT_GRID)
 UNIT_LABELS = "unit_labels"  # attrs key of a collapsed unit's neutral Erf node: its nodes' labels
 UNIT_FORM = "unit_form"  # attrs key of a collapsed unit's neutral Erf node: how the unit writes erf
 

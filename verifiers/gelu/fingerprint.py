@@ -21,16 +21,10 @@ from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
 
 from verifiers.onnx_model import elem_types, iter_nodes, with_imported_domains
 
-from .catalogue import (
-    FLOAT16_TOLERANCE,
-    FLOAT32_TOLERANCE,
-    UNKNOWN,
-    Classification,
-    Site,
-    classify,
-    probe_inputs,
-)
-from .onnx_sites import node_label, scalar_constants
+from .catalogue import UNKNOWN, Site
+from .classification import FLOAT16_TOLERANCE, FLOAT32_TOLERANCE, Classification, classify, probe_inputs
+from .onnx_graph import node_label
+from .onnx_sites import scalar_constants
 
 _ORT_ERRORS = (ort_state.Fail, ort_state.NotImplemented, ort_state.InvalidGraph,
                ort_state.InvalidArgument, ort_state.RuntimeException)

@@ -1,6 +1,10 @@
-"""Activation inventories: every GELU and ReLU site of a graph in graph order, with its flavour."""
+"""Activation inventories: every GELU, SiLU and ReLU site of an ONNX graph in graph order, as a
+`SiteFlavour` with the flavour it computes (measured, or claimed by structure). The TFLite one is
+`tflite_fingerprint.tflite_inventory`."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import onnx
 
@@ -8,12 +12,16 @@ from verifiers.onnx_model import iter_nodes
 
 from .catalogue import RELU, Site
 from .fingerprint import Fingerprint, fingerprint_sites
+from .onnx_graph import node_label
 from .onnx_normalize import split_duplicate_gemms
-from .onnx_sites import find_activation_sites, node_label, searchable
+from .onnx_sites import find_activation_sites, searchable
 from .verdict import SiteFlavour
 
+if TYPE_CHECKING:
+    from .tflite_fingerprint import TFLiteFingerprint
 
-def measured_flavour(print_: Fingerprint) -> SiteFlavour:
+
+def measured_flavour(print_: Fingerprint | TFLiteFingerprint) -> SiteFlavour:
     """The flavour a site computes: measured when the probes are conclusive, else claimed."""
     site, result = print_.site, print_.classification
     if result.confident:

@@ -2,8 +2,8 @@
 
 The graph becomes a neutral `chains.ChainGraph` (ONNX op names are its vocabulary; ops of
 other domains are named "{domain}.{op}"), where the shared matchers find erf, tanh and sigmoid
-chains and Gelu-20 nodes; what they miss is found by its numbers (`regions`). The fused
-com.microsoft ops (Gelu, FastGelu, BiasGelu, QuickGelu) are matched here.
+chains and Gelu-20 nodes; what they miss is found by its numbers (`regions`). The fused ops the
+catalogue's records claim for ONNX (com.microsoft Gelu, FastGelu, BiasGelu, QuickGelu) are matched here.
 
 Scalar constants include what Constant, CastLike, Cast, Sqrt and other elementwise ops compute
 from scalars alone (the ONNX function bodies write Gelu's constants that way). If/Loop/Scan
@@ -21,11 +21,9 @@ import onnx
 from verifiers.onnx_model import DEFAULT_DOMAINS, iter_graphs, iter_nodes
 
 from . import chains
-from .catalogue import EXACT, QUICK_ALPHA, TANH, Site
+from .catalogue import ONNX, QUICK, QUICK_ALPHA, Site, claimed_by
 from .onnx_graph import constant_scalar, node_attrs, node_label, op_name, tensor_value
 from .regions import ELEMENTWISE, evaluate
-
-MS_DOMAIN = "com.microsoft"
 
 
 def _fold(node: onnx.NodeProto, out: dict[str, np.ndarray]) -> np.ndarray | None:
@@ -93,21 +91,19 @@ def searchable(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def _match_microsoft(graph: chains.ChainGraph, i: int) -> chains.Match | None:
-    """com.microsoft Gelu, FastGelu, BiasGelu and QuickGelu: the kernel says the flavour."""
+    """The fused ops the catalogue lists for ONNX (com.microsoft Gelu, FastGelu, BiasGelu, QuickGelu):
+    the kernel says the flavour; QuickGelu's only when its alpha is the quick flavour's."""
     node = graph.nodes[i]
-    domain, _, op_type = node.op.rpartition(".")
-    if domain != MS_DOMAIN:
+    found = claimed_by(ONNX, node.op, node.attrs)
+    if found is None:
         return None
-    if op_type == "QuickGelu":
+    flavour, claim = found
+    if flavour.name == QUICK:
         alpha = float(node.attrs.get("alpha", QUICK_ALPHA))
         claimed = chains.sigmoid_claim(chains.close(alpha, QUICK_ALPHA, np.finfo(np.float32).eps), alpha, 1.0)
         note = f"alpha={alpha:.7g}"
     else:
-        claimed, note = {
-            "Gelu": (EXACT, "exact kernel"),
-            "FastGelu": (TANH, "tanh kernel"),
-            "BiasGelu": (EXACT, "exact kernel (onnxruntime's optimizer writes it for tanh Gelu too)"),
-        }.get(op_type, (None, ""))
+        claimed, note = flavour.name, claim.note
     if claimed is None:
         return None
     return chains.Match(node.op, claimed, frozenset({i}), node.inputs[0], node.outputs[0], note)

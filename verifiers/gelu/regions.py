@@ -17,26 +17,13 @@ terms, ops wrapped in casts) is found here by what it computes.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from .catalogue import (
-    FLOAT16_TOLERANCE,
-    FLOAT32_TOLERANCE,
-    GELU_FAMILY,
-    SILU,
-    UNKNOWN,
-    Classification,
-    classify,
-    exact,
-    probe_inputs,
-    tanh,
-)
-
-_erf = np.vectorize(math.erf, otypes=[np.float64])
+from .catalogue import GELU_FAMILY, SILU, UNKNOWN, erf, flavour, gelu20_flavour
+from .classification import FLOAT16_TOLERANCE, FLOAT32_TOLERANCE, Classification, classify, probe_inputs
 
 
 def _clip(node_attrs: dict, x, *bounds):
@@ -47,14 +34,15 @@ def _clip(node_attrs: dict, x, *bounds):
 
 def _gelu(node_attrs: dict, x):
     approximate = node_attrs.get("approximate", "none")
-    if approximate not in ("none", "tanh"):
+    name = gelu20_flavour(approximate)
+    if name is None:
         raise ValueError(f"Gelu approximate={approximate!r}")
-    return tanh(x) if approximate == "tanh" else exact(x)
+    return flavour(name).reference(x)
 
 
 # Neutral op -> its float64 function (attrs first for the ops that read attributes).
 _UNARY: dict[str, Callable] = {
-    "Neg": np.negative, "Erf": _erf, "Tanh": np.tanh, "Sigmoid": lambda v: 1.0 / (1.0 + np.exp(-v)),
+    "Neg": np.negative, "Erf": erf, "Tanh": np.tanh, "Sigmoid": lambda v: 1.0 / (1.0 + np.exp(-v)),
     "Exp": np.exp, "Relu": lambda v: np.maximum(v, 0.0), "Abs": np.abs, "Sign": np.sign, "Sqrt": np.sqrt,
     "Reciprocal": lambda v: 1.0 / v, "Log": np.log, "Softplus": lambda v: np.logaddexp(0.0, v),
     "Identity": lambda v: v, "Cast": lambda v: v, "Silu": lambda v: v / (1.0 + np.exp(-v)),

@@ -22,17 +22,10 @@ import numpy as np
 
 from verifiers.tflite_model import TFLiteModel, as_model, schema
 
-from .catalogue import (
-    FLOAT32_TOLERANCE,
-    RELU,
-    UNKNOWN,
-    Classification,
-    Site,
-    classify,
-    probe_inputs,
-)
+from .catalogue import RELU, UNKNOWN, Site
+from .classification import FLOAT32_TOLERANCE, Classification, classify, probe_inputs
 from .inventory import in_graph_order, measured_flavour
-from .tflite_sites import SUBGRAPH, TFLiteGraph, _relu_sites, measured_sites, read_graph
+from .tflite_sites import SUBGRAPH, TFLiteGraph, measured_sites, read_graph, relu_sites
 from .verdict import SiteFlavour
 
 FLOAT32 = 0  # TensorType
@@ -201,6 +194,6 @@ def tflite_inventory(model: TFLiteModel | str | Path) -> list[SiteFlavour]:
     """GELU and SiLU sites (measured) and ReLU sites (RELU ops, fused RELU activations) of subgraph 0."""
     graph = read_graph(as_model(model))
     gelus = [measured_flavour(p) for p in fingerprint_sites(graph, measured_sites(graph))]
-    relus = [SiteFlavour(site, RELU, note=site.note) for site in _relu_sites(graph)]
+    relus = [SiteFlavour(site, RELU, note=site.note) for site in relu_sites(graph)]
     order = {label: i for i, label in enumerate(graph.op_labels)}
     return in_graph_order(gelus + relus, order)

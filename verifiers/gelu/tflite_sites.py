@@ -31,7 +31,7 @@ import numpy as np
 from verifiers.tflite_model import TFLiteModel, as_model, user_scope
 
 from . import chains
-from .catalogue import RELU, SILU, Site
+from .catalogue import RELU, SILU, TFLITE, Site, claimed_by
 
 SUBGRAPH = 0
 
@@ -124,9 +124,9 @@ def _op_node(graph: TFLiteGraph, i: int) -> list[chains.OpNode]:
         return [chains.OpNode(label, "Cast" if to is not None else "CAST", inputs, outputs, {"to": to})]
     if name == "SQUARE":
         return [chains.OpNode(label, "Mul", (inputs[0], inputs[0]), outputs)]
-    if name == "GELU":
-        approximate = bool(getattr(graph.options[i], "approximate", False))
-        attrs = {"approximate": "tanh" if approximate else "none", "has_options": graph.options[i] is not None}
+    if name == "GELU":  # no GeluOptions table reads as approximate=False
+        flavour, _ = claimed_by(TFLITE, name, {"approximate": bool(getattr(graph.options[i], "approximate", False))})
+        attrs = {"approximate": flavour.gelu20_approximate, "has_options": graph.options[i] is not None}
         return [chains.OpNode(label, "Gelu", inputs, outputs, attrs)]
     return [chains.OpNode(label, _OPS.get(name, name), inputs, outputs)]
 
@@ -177,7 +177,7 @@ def _finish(graph: TFLiteGraph, site: Site) -> Site:
     return replace(site, op="GELU", nodes=tuple(labels), note=note)
 
 
-def _relu_sites(graph: TFLiteGraph) -> list[Site]:
+def relu_sites(graph: TFLiteGraph) -> list[Site]:
     """RELU ops and RELU activations fused into another op (FULLY_CONNECTED, CONV_2D, ADD...).
 
     Both are shown as op "Relu" (what the verdict and `inspect` treat as a ReLU site); the note
@@ -214,13 +214,13 @@ def find_tflite_sites(model: TFLiteModel | str) -> list[Site]:
 
 
 def find_tflite_relu_sites(model: TFLiteModel | str) -> list[Site]:
-    return _relu_sites(read_graph(model))
+    return relu_sites(read_graph(model))
 
 
 def tflite_activation_sites(model: TFLiteModel | str) -> list[Site]:
     """GELU, SiLU and ReLU sites together, in graph order (what the GELU verdict aligns)."""
     graph = read_graph(model)
     order = {label: i for i, label in enumerate(graph.op_labels)}
-    sites = measured_sites(graph) + _relu_sites(graph)
+    sites = measured_sites(graph) + relu_sites(graph)
     return sorted(sites, key=lambda s: min(order[label] for label in s.nodes))
 

@@ -15,7 +15,7 @@ import ml_dtypes
 import numpy as np
 
 from . import chains
-from .catalogue import Site
+from .catalogue import TORCH, Site, claimed_by
 
 if TYPE_CHECKING:
     import torch
@@ -167,8 +167,10 @@ class _Builder:
         extra = {k: v for k, v in node.kwargs.items() if k not in ("min", "max", "dtype", "approximate")}
         if arity == 0 or len(args) > arity or extra.get("alpha", 1) != 1 or None in inputs:
             op, inputs, attrs = target, [self.name(n) for n in node.all_input_nodes], {}
-        if op == "Gelu":
-            attrs = {"approximate": node.kwargs.get("approximate", "none")}
+        if op == "Gelu":  # the neutral Gelu speaks Gelu-20's approximate: the catalogue translates aten's
+            approximate = node.kwargs.get("approximate", "none")
+            found = claimed_by(TORCH, target, {"approximate": approximate})
+            attrs = {"approximate": found[0].gelu20_approximate if found else approximate}
         self.nodes.append(chains.OpNode(node.name, op, tuple(inputs), (node.name,), attrs))
 
     def _typed(self, node: torch.fx.Node) -> None:

@@ -8,10 +8,7 @@ import pytest
 from verifiers.gelu.catalogue import (
     EXACT,
     FLAVOURS,
-    FLOAT16_TOLERANCE,
-    FLOAT32_TOLERANCE,
     IDENTITY,
-    PROBES,
     QUICK,
     RELU,
     SILU,
@@ -19,14 +16,19 @@ from verifiers.gelu.catalogue import (
     TANH,
     TANH_CUBIC_COEFF,
     UNKNOWN,
-    classify,
     exact,
+    quick,
+    tanh,
+)
+from verifiers.gelu.classification import (
+    FLOAT16_TOLERANCE,
+    FLOAT32_TOLERANCE,
+    PROBES,
+    classify,
     is_gelu_shaped,
     probe_inputs,
-    quick,
     residuals,
     tail_probes,
-    tanh,
 )
 
 
@@ -168,3 +170,34 @@ def test_a_faithful_tail_passes_in_float32_and_float16():
     for dtype, tolerance in ((np.float32, FLOAT32_TOLERANCE), (np.float16, FLOAT16_TOLERANCE)):
         x = probe_inputs(dtype)
         assert classify(x, exact(x).astype(dtype), tolerance).tail == ""
+
+
+def test_one_record_per_flavour_says_how_it_is_written_and_claimed():
+    from verifiers.gelu.catalogue import claim_for, claimed_by, flavour, gelu20_flavour
+    from verifiers.gelu.onnx_writer import CONSTANTS, FORMS
+
+    assert {(f.name, form) for f in FLAVOURS.values() for form in f.forms} == set(FORMS)
+    assert {f.name: f.gelu20_approximate for f in FLAVOURS.values() if f.gelu20_approximate} == {
+        EXACT: "none", TANH: "tanh"}
+    assert gelu20_flavour("tanh") == TANH and gelu20_flavour("fast") is None
+    assert [claimed_by("onnx", f"com.microsoft.{op}")[0].name for op in ("Gelu", "FastGelu", "BiasGelu", "QuickGelu")] \
+        == [EXACT, TANH, EXACT, QUICK]
+    assert claimed_by("onnx", "com.microsoft.Relu") is None
+    assert claimed_by("tflite", "GELU", {"approximate": True})[0].name == TANH
+    assert claimed_by("torch", "aten.gelu.default", {"approximate": "none"})[0].name == EXACT
+    assert claim_for(TANH, "keras", "gelu").attr("approximate") is True
+    assert all(CONSTANTS[key] == value for f in FLAVOURS.values() for key, value in f.constants.items())
+    with pytest.raises(KeyError, match="no flavour 'fast'"):
+        flavour("fast")
+
+
+def test_the_catalogue_imports_with_the_standard_library_only():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys; import verifiers.gelu.catalogue as c; c.FLAVOURS; "
+            "print(sorted(m for m in ('numpy', 'onnx', 'onnxruntime') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=60,
+                            cwd=str(Path(__file__).resolve().parents[3]))
+    assert result.stdout.strip() == "[]", result.stderr
