@@ -275,3 +275,17 @@ class Site:
     scale: float = 1.0
     used: bool = True
     absorbed_by: str = ""
+
+
+@dataclass(frozen=True)
+class SiteFlavour:
+    """A site with the flavour it computes, and how that was established."""
+
+    site: Site
+    flavour: str
+    measured: str | None = None  # what the probes said (artifact sites)
+    residuals: dict[str, float] = field(default_factory=dict)
+    confident: bool = True  # False when the probes could not separate the flavours (float16, int8)
+    note: str = ""
+    scale: float = 1.0  # the site computes scale * flavour
+    tail: str = ""  # what its tail probes got wrong (NaN, Inf, a wrong value), empty when nothing

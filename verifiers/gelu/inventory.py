@@ -10,12 +10,11 @@ import onnx
 
 from verifiers.onnx_model import iter_nodes
 
-from .catalogue import RELU, Site
+from .catalogue import RELU, Site, SiteFlavour
 from .fingerprint import Fingerprint, fingerprint_sites
 from .onnx_graph import node_label
 from .onnx_normalize import split_duplicate_gemms
 from .onnx_sites import find_activation_sites, searchable
-from .verdict import SiteFlavour
 
 if TYPE_CHECKING:
     from .tflite_fingerprint import TFLiteFingerprint

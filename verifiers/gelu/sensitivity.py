@@ -7,10 +7,8 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from exporter.rewrites.onnx_gelu import replace_site
-
-from .catalogue import EXACT, TANH
-from .verdict import SiteFlavour
+from .catalogue import EXACT, TANH, SiteFlavour
+from .onnx_writer import replace_site
 
 SWAPPED = {EXACT: TANH, TANH: EXACT}
 

@@ -22,11 +22,10 @@ import numpy as np
 
 from verifiers.tflite_model import TFLiteModel, as_model, schema
 
-from .catalogue import RELU, UNKNOWN, Site
+from .catalogue import RELU, UNKNOWN, Site, SiteFlavour
 from .classification import FLOAT32_TOLERANCE, Classification, classify, probe_inputs
 from .inventory import in_graph_order, measured_flavour
 from .tflite_sites import SUBGRAPH, TFLiteGraph, measured_sites, read_graph, relu_sites
-from .verdict import SiteFlavour
 
 FLOAT32 = 0  # TensorType
 

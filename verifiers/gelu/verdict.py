@@ -13,28 +13,13 @@ folded GELU's 0.5 into the next layer's weights; the outputs comparison checks t
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import math
+from dataclasses import dataclass
 
-from .catalogue import OTHER_ACTIVATIONS, Site
+from .catalogue import OTHER_ACTIVATIONS, SiteFlavour
 
 KEPT, CHANGED, DECLARED, REMOVED, ADDED, UNUSED = "kept", "changed", "declared", "removed", "added", "unused"
 _SCALE_TOLERANCE = 1e-3
-
-
-@dataclass(frozen=True)
-class SiteFlavour:
-    """A site with the flavour it computes, and how that was established."""
-
-    site: Site
-    flavour: str
-    measured: str | None = None  # what the probes said (artifact sites)
-    residuals: dict[str, float] = field(default_factory=dict)
-    confident: bool = True  # False when the probes could not separate the flavours (float16, int8)
-    note: str = ""
-    scale: float = 1.0  # the site computes scale * flavour
-    tail: str = ""  # what its tail probes got wrong (NaN, Inf, a wrong value), empty when nothing
 
 
 @dataclass(frozen=True)
