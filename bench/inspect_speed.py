@@ -49,7 +49,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run([sys.executable, "-c", BUILD, tmp], cwd=REPO, check=True, capture_output=True)
         from verifiers.gelu.inventory import onnx_inventory
-        from verifiers.gelu.tflite_fingerprint import tflite_inventory
+        from verifiers.gelu.inventory import tflite_inventory
         from verifiers.onnx_model import describe as describe_onnx
         from verifiers.onnx_model import load_structure
         from verifiers.tflite_model import describe as describe_tflite

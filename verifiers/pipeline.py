@@ -27,13 +27,14 @@ def describe_artifact(artifact: Artifact, runtime: str | None = None) -> dict[st
     their claimed and measured flavours (no torch or TensorFlow import; the measuring runs in a
     runtime worker)."""
     runner = runtime_for(artifact.format.name, runtime)
-    return isolation.call(described, artifact.format.name, artifact.path, runtime=runner.runtime,
+    return isolation.call(described, artifact.format.name, artifact.path, runner, runtime=runner.runtime,
                           step="measuring the artifact's GELU sites")
 
 
 def artifact_inventory(artifact: Artifact, runner: Runner) -> list:
-    """The artifact's GELU and ReLU sites, measured on the probes in the runner's worker."""
-    return isolation.call(measured_sites, artifact.format.name, artifact.path, runtime=runner.runtime,
+    """The artifact's GELU and ReLU sites, measured on the probes in the runner's runtime and worker."""
+    runner_class = runtime_for(artifact.format.name, runner.runtime)
+    return isolation.call(measured_sites, artifact.format.name, artifact.path, runner_class, runtime=runner.runtime,
                           step="measuring the artifact's GELU sites", runner=runner)
 
 
@@ -101,7 +102,8 @@ def judge_gelu(report: Report, artifact: Artifact, captured: list | str | None, 
     `captured` is the source's activation sites as its framework ran it, or why they could not be
     read (a source graph that cannot be read fails the run: the guard cannot vouch for the
     artifact), or None when the user turned the guard off, which the report records."""
-    from verifiers.gelu.verdict import DECLARED, SiteFlavour, judge
+    from verifiers.gelu.catalogue import SiteFlavour
+    from verifiers.gelu.verdict import DECLARED, judge
 
     if captured is None:
         report.gelu_guard = "off (--no-gelu-guard)"

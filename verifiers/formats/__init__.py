@@ -45,9 +45,10 @@ class Artifact:
         """What the report records about the artifact (its opset, its minimum runtime version)."""
         raise NotImplementedError
 
-    def activation_sites(self) -> list:
-        """The GELU and ReLU sites in graph order, GELUs measured on the probes (run it in a
-        runtime worker: the measuring runs the artifact's subgraphs)."""
+    def activation_sites(self, runner: type | None = None) -> list:
+        """The GELU and ReLU sites in graph order, GELUs measured on the probes in `runner`'s
+        runtime (a verifiers.runtimes Runner class; the format's default when None). Run it in a
+        runtime worker: the measuring runs the artifact's subgraphs."""
         raise NotImplementedError
 
     def check_target(self, target: Any) -> list:
@@ -67,7 +68,6 @@ class ArtifactFormat:
     title: str  # "ONNX", in messages
     article: str  # "an" ONNX artifact
     suffixes: tuple[str, ...]
-    runtime: str  # the runtime (verifiers.runtimes) that runs it unless --runtime says otherwise
     artifact_class: type[Artifact]
     # What opset_matrix.yaml says of its targets: the version-limit field, the other fields, the gelu flags.
     target_limit: str
@@ -127,32 +127,16 @@ def open_artifact(path: str | Path) -> Artifact:
     return detect_format(path).open(path)
 
 
-_LAST_OPENED: dict[str, Any] = {}
-
-
-def opened(fmt: str, path: Path) -> Artifact:
-    """The artifact at `path`, parsed once per process while the file stays as it is (same size
-    and modification time): a runtime worker's runner and the GELU measuring share one parse."""
-    path = Path(path)
-    if not path.is_file():
-        raise BadInput(f"{path}: no such file")
-    info = path.stat()
-    key = (fmt, str(path.resolve()), info.st_size, info.st_mtime_ns)
-    if _LAST_OPENED.get("key") != key:
-        _LAST_OPENED.update(key=key, artifact=FORMATS[fmt].open(path))
-    return _LAST_OPENED["artifact"]
-
-
-def measured_sites(fmt: str, path: Path) -> list:
+def measured_sites(fmt: str, path: Path, runner: type | None = None) -> list:
     """`activation_sites` of the artifact at `path` (a module-level function, for a runtime worker)."""
-    return opened(fmt, path).activation_sites()
+    return FORMATS[fmt].open(path).activation_sites(runner)
 
 
-def described(fmt: str, path: Path) -> dict[str, Any]:
+def described(fmt: str, path: Path, runner: type | None = None) -> dict[str, Any]:
     """`describe()` plus the GELU sites as inspect lists them (for a runtime worker)."""
     from verifiers.gelu.inventory import describe_sites
 
-    artifact = opened(fmt, path)
+    artifact = FORMATS[fmt].open(path)
     info = artifact.describe()
-    info["gelu"] = describe_sites(artifact.activation_sites())
+    info["gelu"] = describe_sites(artifact.activation_sites(runner))
     return info

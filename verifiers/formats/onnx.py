@@ -14,6 +14,8 @@ import onnx
 
 from verifiers.errors import BadInput
 from verifiers.formats import Artifact, ArtifactFormat
+from verifiers.gelu.catalogue import FLAVOURS, ONNX
+from verifiers.gelu.onnx_graph import node_attrs, node_label, op_name
 from verifiers.onnx_model import (
     DEFAULT_DOMAINS,
     default_opset,
@@ -40,7 +42,9 @@ from verifiers.target_facts import (
 from verifiers.targets import OpGap, Target
 
 MS_DOMAIN = "com.microsoft"
-CONTRIB_GELU_OPS = ("Gelu", "FastGelu", "BiasGelu", "QuickGelu")  # com.microsoft ops a contrib_gelu: true target runs
+# The com.microsoft ops a contrib_gelu: true target runs: those the catalogue says claim a GELU flavour.
+CONTRIB_GELU_OPS = tuple(claim.op.removeprefix(f"{MS_DOMAIN}.") for f in FLAVOURS.values() for claim in f.claims
+                         if claim.framework == ONNX and claim.op.startswith(f"{MS_DOMAIN}."))
 # Above this (artifact and data files), the GELU swap is not run: it holds a second copy of the weights.
 SWAP_MAX_BYTES = 1 << 30
 
@@ -68,10 +72,10 @@ class OnnxArtifact(Artifact):
             report.fail("opset", f"asked for opset {report.requested_opset}, the artifact has opset "
                                  f"{report.actual_opset} ({report.exporter})")
 
-    def activation_sites(self) -> list:
+    def activation_sites(self, runner: type | None = None) -> list:
         from verifiers.gelu.inventory import onnx_inventory
 
-        return malformed_onnx_is_bad_input(self.path, onnx_inventory, self.model)
+        return malformed_onnx_is_bad_input(self.path, onnx_inventory, self.model, runner)
 
     def check_target(self, target: Target) -> list[Incompatibility]:
         return malformed_onnx_is_bad_input(self.path, _check_onnx, self.model, target)
@@ -95,7 +99,6 @@ class OnnxFormat(ArtifactFormat):
     title = "ONNX"
     article = "an"
     suffixes = (".onnx",)
-    runtime = "onnxruntime"
     artifact_class = OnnxArtifact
     target_limit = "max_opset"
     target_fields = ("max_ir_version",)
@@ -150,22 +153,6 @@ def onnx_dtype_name(elem_type: int) -> str:
     return onnx.TensorProto.DataType.Name(elem_type).lower()
 
 
-def _node_label(node: onnx.NodeProto) -> str:
-    return node.name or (node.output[0] if node.output else node.op_type)
-
-
-def _onnx_op(node: onnx.NodeProto) -> str:
-    return node.op_type if node.domain in DEFAULT_DOMAINS else f"{node.domain}.{node.op_type}"
-
-
-def _attr(node: onnx.NodeProto, name: str, default: Any) -> Any:
-    for a in node.attribute:
-        if a.name == name:
-            value = onnx.helper.get_attribute_value(a)
-            return value.decode() if isinstance(value, bytes) else value
-    return default
-
-
 def _onnx_sites(model: onnx.ModelProto) -> dict[str, Any]:
     """node label -> GELU site (top-level graph); empty when the matcher cannot read the graph."""
     from verifiers.gelu.onnx_sites import find_gelu_sites
@@ -209,11 +196,11 @@ def _check_onnx(model: onnx.ModelProto, target: Target) -> list[Incompatibility]
     ort = is_onnxruntime(target)
     hits = Hits()
     for node in nodes:
-        label, op = _node_label(node), _onnx_op(node)
+        label, op = node_label(node), op_name(node)
         site = site_of.get(label)
         if node.domain in DEFAULT_DOMAINS:
             if node.op_type == "Gelu" and gelu.get("gelu_op") is False:
-                hits.add("gelu_op", op, label, site, approximate=_attr(node, "approximate", "none"))
+                hits.add("gelu_op", op, label, site, approximate=node_attrs(node).get("approximate", "none"))
             if node.op_type == "Erf" and gelu.get("erf") is False:
                 hits.add("erf", op, label, site)
         elif node.domain == MS_DOMAIN:

@@ -55,10 +55,10 @@ class TfliteArtifact(Artifact):
             report.notes.append(f"min_runtime_version {info['min_runtime_version']} computed from the op "
                                 "versions (the file carries no metadata)")
 
-    def activation_sites(self) -> list:
-        from verifiers.gelu.tflite_fingerprint import tflite_inventory
+    def activation_sites(self, runner: type | None = None) -> list:
+        from verifiers.gelu.inventory import tflite_inventory
 
-        return tflite_inventory(self.model)
+        return tflite_inventory(self.model, runner)
 
     def check_target(self, target: Target) -> list[Incompatibility]:
         return _check_tflite(self.model, target)
@@ -69,7 +69,6 @@ class TfliteFormat(ArtifactFormat):
     title = "TFLite"
     article = "a"
     suffixes = (".tflite",)
-    runtime = "ai-edge-litert"
     artifact_class = TfliteArtifact
     target_limit = "max_runtime_version"
     gelu_flags = ("builtin", "builtin_int8", "tanh_chain", "sign_op")

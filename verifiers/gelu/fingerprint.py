@@ -15,11 +15,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 from onnx import helper, numpy_helper
 from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
 
 from verifiers.onnx_model import elem_types, iter_nodes, with_imported_domains
+from verifiers.runtimes import Runner, runtime_for
 
 from .catalogue import UNKNOWN, Site
 from .classification import FLOAT16_TOLERANCE, FLOAT32_TOLERANCE, Classification, classify, probe_inputs
@@ -90,19 +90,16 @@ def probe_model(model: onnx.ModelProto | ModelIndex, site: Site, elem_type: int,
     return helper.make_model(graph, opset_imports=index.opset_import, ir_version=index.model.ir_version)
 
 
-def _run(probe: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.intra_op_num_threads = 1
-    options.log_severity_level = 3
-    session = ort.InferenceSession(probe.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    return session.run(None, {session.get_inputs()[0].name: x})[0]
+def _run(probe: onnx.ModelProto, x: np.ndarray, runner: type[Runner]) -> np.ndarray:
+    session = runner.probe(probe.SerializeToString())
+    return session.run({session.inputs[0].name: x})[0]
 
 
 def fingerprint_site(model: onnx.ModelProto | ModelIndex, site: Site, elem_type: int,
-                     output_type: int | None = None) -> Fingerprint:
+                     output_type: int | None = None, runner: type[Runner] | None = None) -> Fingerprint:
     """Probe one site whose input (and output, when given) has the given ONNX element type, on the
-    core and tail probes; the output's precision sets the match tolerance."""
+    core and tail probes, in `runner`'s runtime (the ONNX default when None); the output's
+    precision sets the match tolerance."""
     type_name = onnx.helper.tensor_dtype_to_np_dtype(elem_type).name if elem_type else "undefined"
     output_type = output_type if output_type in _PROBE_TYPES else elem_type
     if elem_type not in _PROBE_TYPES:
@@ -111,19 +108,20 @@ def fingerprint_site(model: onnx.ModelProto | ModelIndex, site: Site, elem_type:
     tolerance = _PROBE_TYPES[output_type][1]
     x = probe_inputs(np_dtype).reshape(-1, 1)
     try:
-        y = _run(probe_model(model, site, elem_type, output_type), x)
+        y = _run(probe_model(model, site, elem_type, output_type), x, runner or runtime_for("onnx"))
     except _ORT_ERRORS as error:
         first_line = str(error).splitlines()[0]
         return Fingerprint(site, type_name, Classification(UNKNOWN, {}, False, f"probe did not run: {first_line}"))
     return Fingerprint(site, type_name, classify(x, y, tolerance))
 
 
-def fingerprint_sites(model: onnx.ModelProto, sites: list[Site]) -> list[Fingerprint]:
-    """Probe every site (one small onnxruntime session each, about 1 ms).
+def fingerprint_sites(model: onnx.ModelProto, sites: list[Site], runner: type[Runner] | None = None) -> list[Fingerprint]:
+    """Probe every site in `runner`'s runtime (one small probe session each, about 1 ms in onnxruntime).
 
     A site whose input type is neither declared nor inferable is probed as float32.
     """
     types = elem_types(model, {s.input for s in sites} | {s.output for s in sites})
     index = ModelIndex(model)
-    return [fingerprint_site(index, s, types.get(s.input, onnx.TensorProto.FLOAT), types.get(s.output))
+    runner = runner or runtime_for("onnx")
+    return [fingerprint_site(index, s, types.get(s.input, onnx.TensorProto.FLOAT), types.get(s.output), runner)
             for s in sites]

@@ -13,7 +13,7 @@ from verifiers.onnx_model import DEFAULT_DOMAINS
 
 def node_label(node: onnx.NodeProto) -> str:
     """A node's name, or its first output when it has none (how sites name their nodes)."""
-    return node.name or node.output[0]
+    return node.name or (node.output[0] if node.output else node.op_type)
 
 
 def op_name(node: onnx.NodeProto) -> str:

@@ -20,12 +20,12 @@ from pathlib import Path
 
 import numpy as np
 
+from verifiers.runtimes import Runner, runtime_for
 from verifiers.tflite_model import TFLiteModel, as_model, schema
 
-from .catalogue import RELU, UNKNOWN, Site, SiteFlavour
+from .catalogue import UNKNOWN, Site
 from .classification import FLOAT32_TOLERANCE, Classification, classify, probe_inputs
-from .inventory import in_graph_order, measured_flavour
-from .tflite_sites import SUBGRAPH, TFLiteGraph, measured_sites, read_graph, relu_sites
+from .tflite_sites import SUBGRAPH, TFLiteGraph, read_graph
 
 FLOAT32 = 0  # TensorType
 
@@ -139,24 +139,14 @@ def pack(model) -> bytes:
     return bytes(builder.Output())
 
 
-def run_probe(content: bytes, x: np.ndarray, xnnpack: bool = False) -> np.ndarray:
-    """Run a one-input probe model on x with the plain builtin kernels (or the XNNPACK default)."""
-    from ai_edge_litert.interpreter import Interpreter, OpResolverType
-
-    from verifiers.quiet import native_output_captured
-
-    resolver = OpResolverType.AUTO if xnnpack else OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
-    with native_output_captured():  # LiteRT announces its XNNPACK delegate on stderr
-        interpreter = Interpreter(model_content=content, num_threads=1, experimental_op_resolver_type=resolver)
-        detail = interpreter.get_input_details()[0]
-        interpreter.resize_tensor_input(detail["index"], list(x.shape))
-        interpreter.allocate_tensors()
-    interpreter.set_tensor(detail["index"], x)
-    interpreter.invoke()
-    return np.array(interpreter.get_tensor(interpreter.get_output_details()[0]["index"]))
+def run_probe(content: bytes, x: np.ndarray, xnnpack: bool = False, runner: type[Runner] | None = None) -> np.ndarray:
+    """Run a one-input probe model on x in `runner`'s runtime (the TFLite default when None) with
+    the plain builtin kernels (or the XNNPACK default)."""
+    interpreter = (runner or runtime_for("tflite")).probe(content, "xnnpack" if xnnpack else "builtin")
+    return np.array(interpreter.run({interpreter.inputs[0].name: x})[0])
 
 
-def fingerprint_site(graph: TFLiteGraph, site: Site) -> TFLiteFingerprint:
+def fingerprint_site(graph: TFLiteGraph, site: Site, runner: type[Runner] | None = None) -> TFLiteFingerprint:
     """Probe one site (float32 only; other input types come back not confident)."""
     tensor = graph.subgraph.tensors[graph.tensor_index(site.input)]
     if tensor.type != FLOAT32 or tensor.quantized:
@@ -166,7 +156,7 @@ def fingerprint_site(graph: TFLiteGraph, site: Site) -> TFLiteFingerprint:
     x = probe_inputs(np.float32)
     try:
         content = probe_model(graph, site)
-        y = run_probe(content, x).reshape(-1)
+        y = run_probe(content, x, runner=runner).reshape(-1)
     except Exception as exc:  # noqa: BLE001 - the interpreter raises RuntimeError/ValueError
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return TFLiteFingerprint(site, tensor.dtype, Classification(UNKNOWN, {}, False, f"probe did not run: {first}"))
@@ -175,7 +165,7 @@ def fingerprint_site(graph: TFLiteGraph, site: Site) -> TFLiteFingerprint:
             UNKNOWN, {}, False, f"probe gave {y.size} outputs for {x.size} inputs"))
     result = classify(x, y, FLOAT32_TOLERANCE)
     try:
-        xnn = classify(x, run_probe(content, x, xnnpack=True).reshape(-1), FLOAT32_TOLERANCE)
+        xnn = classify(x, run_probe(content, x, xnnpack=True, runner=runner).reshape(-1), FLOAT32_TOLERANCE)
     except Exception as exc:  # noqa: BLE001
         xnn = Classification(UNKNOWN, {}, False, f"XNNPACK probe did not run: {exc}")
     if xnn.flavour != result.flavour:
@@ -184,15 +174,7 @@ def fingerprint_site(graph: TFLiteGraph, site: Site) -> TFLiteFingerprint:
     return TFLiteFingerprint(site, tensor.dtype, result, xnn)
 
 
-def fingerprint_sites(model: TFLiteModel | TFLiteGraph | str | Path, sites: list[Site]) -> list[TFLiteFingerprint]:
+def fingerprint_sites(model: TFLiteModel | TFLiteGraph | str | Path, sites: list[Site],
+                      runner: type[Runner] | None = None) -> list[TFLiteFingerprint]:
     graph = model if isinstance(model, TFLiteGraph) else read_graph(as_model(model))
-    return [fingerprint_site(graph, s) for s in sites]
-
-
-def tflite_inventory(model: TFLiteModel | str | Path) -> list[SiteFlavour]:
-    """GELU and SiLU sites (measured) and ReLU sites (RELU ops, fused RELU activations) of subgraph 0."""
-    graph = read_graph(as_model(model))
-    gelus = [measured_flavour(p) for p in fingerprint_sites(graph, measured_sites(graph))]
-    relus = [SiteFlavour(site, RELU, note=site.note) for site in relu_sites(graph)]
-    order = {label: i for i, label in enumerate(graph.op_labels)}
-    return in_graph_order(gelus + relus, order)
+    return [fingerprint_site(graph, s, runner) for s in sites]

@@ -5,8 +5,9 @@ path or as the bytes of an in-memory model; `inputs` and `outputs` describe its 
 maps input names to arrays and returns the outputs of every variant (way the runtime runs it).
 `infer` is what callers use: it checks the feed against the input metadata, then runs and times it.
 
-A format names the runtime that runs it by default (verifiers.formats); `verify --runtime NAME`
-picks another registered for the same format. A new runtime is one module and one line in RUNTIMES
+The first runtime registered for a format runs its artifacts by default; `verify --runtime NAME`
+picks another registered for the same format. `Runner.probe` makes a runner for a probe model (one
+GELU site cut out of an artifact), so the GELU guard measures in the runtime that runs the artifact. A new runtime is one module and one line in RUNTIMES
 (or, outside exportgate, an entry point in the "exportgate.runtimes" group).
 """
 
@@ -46,6 +47,12 @@ class Runner:
 
     inputs: list[TensorInfo]
     outputs: list[TensorInfo]
+
+    @classmethod
+    def probe(cls, model: bytes, variant: str | None = None) -> Runner:
+        """A runner for a probe model, running it as written (no graph rewrites, one thread) in one
+        variant (the first when None); the runtime's own errors are raised as they are."""
+        raise NotImplementedError(f"{cls.runtime} cannot run GELU probes")
 
     def run(self, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
         raise NotImplementedError
@@ -121,11 +128,12 @@ RUNTIMES: LazyRegistry[type[Runner]] = LazyRegistry("runtime", {
 
 
 def runtime_for(fmt: str, name: str | None = None) -> type[Runner]:
-    """The runner class called `name` (the format's default runtime when None); BadInput when no
+    """The runner class called `name` (when None, the first registered for `fmt`); BadInput when no
     runtime of that name is registered or it does not run `fmt` artifacts."""
-    from verifiers.formats import FORMATS
-
-    name = name or FORMATS[fmt].runtime
+    if name is None:
+        name = next((n for n in RUNTIMES if fmt in RUNTIMES[n].formats), None)
+        if name is None:
+            raise BadInput(f"no runtime here runs {fmt} artifacts")
     runner = RUNTIMES.get_or_fail(name, "--runtime")
     if fmt not in runner.formats:
         runs = [n for n in RUNTIMES if fmt in RUNTIMES[n].formats]
@@ -135,7 +143,7 @@ def runtime_for(fmt: str, name: str | None = None) -> type[Runner]:
 
 
 def open_runner(fmt: str, model: Path | bytes, runtime: str | None = None) -> Runner:
-    """The runtime `runtime` (the format's default when None) loading `model` in a worker process
+    """The runtime `runtime` (the format's default when None, see runtime_for) loading `model` in a worker process
     (verifiers.runtimes.isolation), so a runtime that crashes or hangs on the artifact gives a
     verdict, not a dead exportgate."""
     from verifiers.runtimes.isolation import IsolatedRunner

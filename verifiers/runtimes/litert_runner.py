@@ -37,17 +37,24 @@ class LiteRtRunner(Runner):
         with native_output_captured():  # LiteRT announces its XNNPACK delegate on stderr
             self._load()
 
-    def _load(self) -> None:
-        try:
-            from ai_edge_litert.interpreter import Interpreter, OpResolverType
-        except ImportError as exc:
-            from verifiers.errors import MissingFramework
+    @classmethod
+    def probe(cls, model: bytes, variant: str | None = None) -> LiteRtRunner:
+        """One interpreter for a probe model without signatures: the plain builtin kernels unless
+        `variant` is "xnnpack", one thread."""
+        runner = cls.__new__(cls)
+        runner.path, runner.variants = Path("<probe>"), (variant or "builtin",)
+        runner.signature, runner._runners = None, {}
+        with native_output_captured():
+            interpreter = _interpreter_class()(model_content=bytes(model), num_threads=1,
+                                               experimental_op_resolver_type=_resolvers()[runner.variants[0]])
+            interpreter.allocate_tensors()
+        runner.interpreters = {runner.variants[0]: interpreter}
+        runner.inputs = [_info(d["name"], d) for d in interpreter.get_input_details()]
+        runner.outputs = [_info(d["name"], d) for d in interpreter.get_output_details()]
+        return runner
 
-            raise MissingFramework("ai_edge_litert", "tflite") from exc
-        resolvers = {
-            "xnnpack": OpResolverType.AUTO,
-            "builtin": OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
-        }
+    def _load(self) -> None:
+        Interpreter, resolvers = _interpreter_class(), _resolvers()
         self.interpreters = {}
         for key, resolver in resolvers.items():
             try:
@@ -80,8 +87,9 @@ class LiteRtRunner(Runner):
             self.outputs = [_info(d["name"], d) for d in first.get_output_details()]
 
     def run(self, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
-        """The default interpreter's (XNNPACK delegate) outputs, in `outputs` order."""
-        return self._run_one("xnnpack", feed)
+        """The first variant's outputs (the XNNPACK delegate's, unless a probe asked for another),
+        in `outputs` order."""
+        return self._run_one(self.variants[0], feed)
 
     def run_all(self, feed: dict[str, np.ndarray]) -> dict[str, list[np.ndarray]]:
         """Outputs of both interpreters: {"xnnpack": [...], "builtin": [...]}."""
@@ -106,6 +114,23 @@ class LiteRtRunner(Runner):
             interpreter.set_tensor(detail["index"], value)
         interpreter.invoke()
         return [np.array(interpreter.get_tensor(d["index"]), copy=True) for d in interpreter.get_output_details()]
+
+
+def _interpreter_class():
+    try:
+        from ai_edge_litert.interpreter import Interpreter
+    except ImportError as exc:
+        from verifiers.errors import MissingFramework
+
+        raise MissingFramework("ai_edge_litert", "tflite") from exc
+    return Interpreter
+
+
+def _resolvers() -> dict:
+    """Variant -> op resolver: the default (XNNPACK delegate) and the plain builtin kernels."""
+    from ai_edge_litert.interpreter import OpResolverType
+
+    return {"xnnpack": OpResolverType.AUTO, "builtin": OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES}
 
 
 def _signature_infos(details: dict) -> list[TensorInfo]:

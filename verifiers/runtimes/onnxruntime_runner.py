@@ -55,13 +55,30 @@ class OnnxRuntimeRunner(Runner):
         self.inputs = [_info(i) for i in self.session.get_inputs()]
         self.outputs = [_info(o) for o in self.session.get_outputs()]
 
+    @classmethod
+    def probe(cls, model: bytes, variant: str | None = None) -> OnnxRuntimeRunner:
+        """A session without graph optimizations (so the probe's nodes run as the artifact wrote
+        them), on one thread."""
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        options.intra_op_num_threads = 1
+        options.log_severity_level = 3
+        runner = cls.__new__(cls)
+        runner.path = Path("<probe>")
+        runner.session = ort.InferenceSession(bytes(model), options, providers=["CPUExecutionProvider"])
+        runner.inputs = [_info(i) for i in runner.session.get_inputs()]
+        runner.outputs = [_info(o) for o in runner.session.get_outputs()]
+        return runner
+
     @staticmethod
     def _check_file(path: Path) -> None:
         import onnx
 
-        from verifiers.formats import opened
+        from verifiers.onnx_model import load_structure
 
-        opened("onnx", path).model  # refuses external data outside the model's folder before any read
+        load_structure(path)  # refuses external data outside the model's folder before any read
         try:
             onnx.checker.check_model(str(path), full_check=True)
         except Exception as exc:

@@ -12,11 +12,11 @@ import torch.nn.functional as F
 
 from fixtures import make_broken_tflite as mbt
 from verifiers.gelu import EXACT, QUICK, RELU, TANH
+from verifiers.gelu.inventory import tflite_inventory
 from verifiers.gelu.tflite_fingerprint import (
     fingerprint_sites,
     probe_model,
     run_probe,
-    tflite_inventory,
 )
 from verifiers.gelu.tflite_sites import (
     find_erf_units,

@@ -1,5 +1,6 @@
 """Runtimes are found by name: a second ONNX runtime registered beside onnxruntime runs an artifact
-when `verify --runtime` names it, and onnxruntime stays the default."""
+(its batches, its GELU probes, its GELU-swapped variant) when `verify --runtime` names it, and
+onnxruntime stays the default."""
 
 import json
 
@@ -43,8 +44,10 @@ def test_verify_runtime_runs_the_artifact_in_the_named_runtime(cli, tmp_path, ex
     report = json.loads((tmp_path / "named.json").read_text())
     assert report["runtime"] == "counting-onnxruntime" and report["verdict"] == "pass"
     batches = report["batches"] + report["example_batch"]
-    # The comparison's batches and the GELU-swapped variant's ran in the wrapper.
-    assert len(list(runs.iterdir())) == 2 * batches
+    # The comparison's batches, one probe run per GELU site and the GELU-swapped variant's batches
+    # all ran in the wrapper.
+    assert len(report["gelu"]) == 1
+    assert len(list(runs.iterdir())) == 2 * batches + 1
 
     for leftover in runs.iterdir():
         leftover.unlink()
