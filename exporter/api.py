@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,7 @@ from verifiers.report import ArtifactInfo, Report
 from verifiers.runtimes import InvalidArtifact, Runner, runtime_for
 from verifiers.steps import Progress, Step, run_steps, silent
 from verifiers.targets import Target
-from verifiers.writers import check_writable, write_reports
+from verifiers.writers import check_reports, check_writable, write_reports
 
 DEFAULT_BATCHES = 3
 
@@ -154,8 +154,7 @@ def _export_options(run: Exported) -> None:
     run.input_specs = [parse_input_spec(s) for s in run.inputs]
     run.axes = [parse_dynamic_axis(d) for d in run.dynamic]
     check_writable(run.out, "--out")
-    for path in run.reports.values():
-        check_writable(path, "--report")
+    check_reports(run.reports)
     if run.quantize is not None:
         run.report.notes.append(run.tolerances.scale_for(run.quantize))
     if run.target_name:
@@ -250,8 +249,8 @@ def _publish(run: Exported) -> None:
         except OSError as exc:
             raise BadInput(f"--out {run.out}: could not publish the artifact there: {one_line(exc)}") from exc
     else:
-        first_report = next(iter(run.reports.values()), None)
-        rejected = run.staging.reject(first_report.parent if first_report else run.out.parent,
+        report_file = run.reports.get("json") or next(iter(run.reports.values()), None)
+        rejected = run.staging.reject(report_file.parent if report_file else run.out.parent,
                                       run.artifact.companion_files())
         run.report.rejected_artifact = str(rejected)
         run.report.artifact = artifact_info(artifact_format(run.to).open(rejected))
@@ -305,6 +304,7 @@ def export(
     allow_nonfinite: bool = False,
     trust_source: bool = False,
     report_path: str | Path | None = None,
+    reports: Mapping[str, str | Path] | None = None,
     progress: Progress = silent,
 ) -> Report:
     """Export MODEL to `to` at `opset` (or for `target`, with GELU in the form it runs under the
@@ -314,7 +314,8 @@ def export(
     run = Exported(report, progress, model=model, to=to, out=Path(out), opset=opset, exporter=exporter,
                    quantize=quantize, target_name=target, gelu=gelu, matrix=matrix, inputs=inputs, dynamic=dynamic,
                    atol=atol, rtol=rtol, seed=seed, batches=batches, verify=verify, gelu_guard=gelu_guard,
-                   allow_nonfinite=allow_nonfinite, trust_source=trust_source, reports=_reports(report_path))
+                   allow_nonfinite=allow_nonfinite, trust_source=trust_source,
+                   reports=_reports(report_path, reports))
     return run_steps(report, EXPORT_STEPS, run, progress, run.reports)
 
 
@@ -347,8 +348,7 @@ def _verify_options(run: Verified) -> None:
     run.tolerances = Tolerances.parse(list(run.atol), list(run.rtol))
     run.tolerances.allow_nonfinite = run.allow_nonfinite
     run.input_specs = [parse_input_spec(s) for s in run.inputs]
-    for path in run.reports.values():
-        check_writable(path, "--report")
+    check_reports(run.reports)
     runtime_for(detect_format(run.path).name, run.runtime)
 
 
@@ -393,6 +393,7 @@ def verify(
     allow_nonfinite: bool = False,
     trust_source: bool = False,
     report_path: str | Path | None = None,
+    reports: Mapping[str, str | Path] | None = None,
     progress: Progress = silent,
 ) -> Report:
     """Verify an existing artifact (from exportgate or any other tool) against its source model,
@@ -400,7 +401,7 @@ def verify(
     report = Report(command="verify", model=source, seed=seed, batches=batches)
     run = Verified(report, progress, path=Path(artifact), model=source, runtime=runtime, inputs=inputs, atol=atol,
                    rtol=rtol, seed=seed, batches=batches, gelu_guard=gelu_guard, allow_nonfinite=allow_nonfinite,
-                   trust_source=trust_source, reports=_reports(report_path))
+                   trust_source=trust_source, reports=_reports(report_path, reports))
     return run_steps(report, VERIFY_STEPS, run, progress, run.reports)
 
 
@@ -419,8 +420,7 @@ class Checking:
 
 
 def _check_options(run: Checking) -> None:
-    for path in run.reports.values():
-        check_writable(path, "--report")
+    check_reports(run.reports)
 
 
 def _checked_artifact(run: Checking) -> None:
@@ -437,10 +437,11 @@ CHECK_STEPS = (
 
 def check(
     artifact: str | Path, *, target: str, matrix: str | Path | None = None, report_path: str | Path | None = None,
+    reports: Mapping[str, str | Path] | None = None,
 ) -> Report:
     """Every incompatibility of an artifact (from any tool) with a target; exit 4 when there is one."""
     report = Report(command="check", target=target)
-    run = Checking(report, Path(artifact), target, matrix, _reports(report_path))
+    run = Checking(report, Path(artifact), target, matrix, _reports(report_path, reports))
     return run_steps(report, CHECK_STEPS, run, silent, run.reports)
 
 
@@ -491,9 +492,12 @@ def artifact_info(artifact: Artifact, published_as: Path | None = None) -> Artif
     return ArtifactInfo(str(shown), artifact.format.name, _sha256(path), path.stat().st_size, data_files)
 
 
-def _reports(report_path: str | Path | None) -> dict[str, Path]:
-    """The report files asked for, by writer name."""
-    return {"json": Path(report_path)} if report_path is not None else {}
+def _reports(report_path: str | Path | None, reports: Mapping[str, str | Path] | None) -> dict[str, Path]:
+    """The report files asked for, by writer name (verifiers.writers): `report_path` is the JSON one."""
+    paths = {name: Path(path) for name, path in (reports or {}).items()}
+    if report_path is not None:
+        paths["json"] = Path(report_path)
+    return paths
 
 
 def _sha256(path: Path) -> str:

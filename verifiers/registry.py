@@ -1,8 +1,8 @@
 """Lazy registries: names mapped to objects that live in modules imported on first use.
 
 Every pluggable kind of thing (artifact formats, runtimes, report writers, source frameworks,
-export routes) is one of these: an entry is a name and a "package.module:attribute" path, so
-listing the names costs nothing and a command imports only the modules it uses. A registered
+export routes) is one of these: an entry is a name and a "package.module:attribute" path (or a
+module path, for the module itself), so listing the names costs nothing and a command imports only the modules it uses. A registered
 object may also be given directly. A registry with a `plugins` group also holds what installed
 distributions declare under that entry-point group (`[project.entry-points."exportgate.runtimes"]`
 in a plug-in's pyproject.toml), read the first time a name is not found or the names are listed.
@@ -55,9 +55,10 @@ class LazyRegistry(Mapping[str, T], Generic[T]):
             if name not in self._where:
                 raise KeyError(name)
             where = self._where[name]
-            if isinstance(where, str):
+            if isinstance(where, str):  # "package.module:attribute", or "package.module" for the module itself
                 module, _, attribute = where.partition(":")
-                where = getattr(importlib.import_module(module), attribute)
+                where = importlib.import_module(module)
+                where = getattr(where, attribute) if attribute else where
             self._loaded[name] = where() if self._instantiate and isinstance(where, type) else where
         return self._loaded[name]
 

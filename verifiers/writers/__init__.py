@@ -1,15 +1,16 @@
 """Report writers, found by name in a lazy registry: each writes a Report to a file.
 
-A writer is a module with `write(report, path)` that writes atomically (a reader never sees half
-a report). The CLI option that asks for one (`--report` for JSON) and one line in WRITERS are all
-a new writer needs.
+A writer is a module with `write(report, path)`, which writes atomically (a reader never sees
+half a report), and `OPTION`, the command-line option that asks for it (named in errors). A new
+writer is that module and one line in WRITERS; the API takes it as `reports={name: path}`.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from verifiers.errors import BadInput, one_line
 from verifiers.registry import LazyRegistry
@@ -17,21 +18,30 @@ from verifiers.registry import LazyRegistry
 if TYPE_CHECKING:
     from verifiers.report import Report
 
-WRITERS: LazyRegistry[Callable[["Report", Path], None]] = LazyRegistry("report writer", {
-    "json": "verifiers.writers.json_report:write",
+WRITERS: LazyRegistry[ModuleType] = LazyRegistry("report writer", {
+    "json": "verifiers.writers.json_report",
 })
-# The command-line option that asks for each writer's file, for errors.
-OPTIONS = {"json": "--report"}
+
+
+def option_of(name: str) -> str:
+    """The command-line option that asks for writer `name`."""
+    return WRITERS.get_or_fail(name, "reports=").OPTION
+
+
+def check_reports(paths: dict[str, Path]) -> None:
+    """Refuse, before any work, an unknown writer or a report file the run could not write."""
+    for name, path in paths.items():
+        check_writable(path, option_of(name))
 
 
 def write_reports(report: "Report", paths: dict[str, Path]) -> None:
     """Write the report with every writer asked for (writer name -> path); BadInput naming the
     option when a file cannot be written."""
     for name, path in paths.items():
-        option = OPTIONS.get(name, name)
+        option = option_of(name)
         check_writable(path, option)
         try:
-            WRITERS[name](report, Path(path))
+            WRITERS[name].write(report, Path(path))
         except OSError as exc:
             raise BadInput(f"{option} {path}: cannot write it: {one_line(exc)}") from exc
 

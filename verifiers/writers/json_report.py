@@ -9,6 +9,8 @@ from typing import Any
 from verifiers.report import Report
 from verifiers.writers import atomic_write
 
+OPTION = "--report"
+
 
 def write(report: Report, path: Path) -> None:
     atomic_write(path, json.dumps(report.to_dict(), indent=2, default=_json_default) + "\n")
