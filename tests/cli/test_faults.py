@@ -52,7 +52,7 @@ def _files(tmp_path):
                                                      (signal.SIGTERM, 143, "terminated")])
 def test_a_signal_mid_export_writes_a_report_that_says_so(tmp_path, sig, code, word):
     before = _release(tmp_path)
-    run = _start(tmp_path, "export", torch_model("slow_mlp"), "--to", "onnx", "--opset", "17",
+    run = _start(tmp_path, "export", torch_model("stalled_mlp"), "--to", "onnx", "--opset", "17",
                  "--out", "dist/m.onnx", "--report", "r.json")
     _wait_for(run, "exporting with")
     run.send_signal(sig)
@@ -125,9 +125,9 @@ def test_a_killed_run_leaves_staging_that_the_next_run_sweeps(tmp_path):
 
 
 def test_two_exports_to_one_out_take_turns_and_the_report_matches_the_file(tmp_path):
-    first = _start(tmp_path, "export", torch_model("slow_mlp"), "--to", "onnx", "--opset", "17",
+    first = _start(tmp_path, "export", torch_model("stalled_mlp"), "--to", "onnx", "--opset", "17",
                    "--out", "dist/m.onnx", "--report", "first.json")
-    _wait_for(first, "exporting with")  # it holds --out for the five seconds the export takes
+    _wait_for(first, "exporting with")  # it holds --out for the twenty seconds its export stalls
     second = _start(tmp_path, "export", torch_model("mlp_tanh"), "--to", "onnx", "--opset", "17",
                     "--out", "dist/m.onnx", "--report", "second.json")
     log = second.communicate(timeout=600)[1]
