@@ -164,7 +164,6 @@ def gelu_sensitivity(report: Report, artifact: Artifact, artifact_sites: list, c
                 f"and would still pass); only the GELU guard sees such a change")
 
 
-
 def _artifact_feed(runner: Runner, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Source inputs under the artifact's input names: by name when they match, else by order."""
     names = [i.name for i in runner.inputs]

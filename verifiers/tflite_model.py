@@ -27,7 +27,6 @@ SCHEMA_VERSION = 3
 MIN_RUNTIME_VERSION_KEY = "min_runtime_version"
 
 
-
 # PyTorch -> TFLite wraps the user's model in a module of this name (attribute `inner`) to name
 # the signature's inputs and outputs; litert-torch writes module paths into tensor names.
 WRAPPER_SCOPE = "exportgate.ByName"

@@ -103,7 +103,6 @@ class KerasFramework(Framework):
             result = source.model(arrays[0] if len(arrays) == 1 else arrays, training=False)
         return keras_outputs(source.model, result)
 
-
     def activation_sites(self, source, feed):
         """Traced the way the export traces it (the serving function, inputs by name when the model
         takes them so), else with the model called on its inputs as a tensor or a list."""

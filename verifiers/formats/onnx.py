@@ -51,6 +51,7 @@ SWAP_MAX_BYTES = 1 << 30
 
 class OnnxArtifact(Artifact):
     gelu_rewritable = True
+
     @cached_property
     def model(self) -> onnx.ModelProto:
         """The graph without its external weights, read once; external data locations are checked."""

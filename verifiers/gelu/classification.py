@@ -41,6 +41,7 @@ def probe_inputs(dtype: np.dtype | type = np.float32) -> np.ndarray:
     """Core probes and tail probes together, in the given dtype."""
     return np.concatenate([PROBES, tail_probes(dtype)]).astype(dtype)
 
+
 # Match tolerances (max abs residual) for outputs computed in a given precision.
 # float32: onnxruntime's float32 GELUs (fused ops and chains) land within 2.7e-7 of their
 # reference on PROBES (exact 1.5e-7, tanh 1.9e-7, quick 2.7e-7) and within 8.7e-7 on a dense

@@ -1,0 +1,49 @@
+"""Models the benchmarks build in code (random weights, nothing downloaded)."""
+
+BERT_SEQ = 128
+
+
+def bert_base():
+    """BERT-base from its transformers config: 110M parameters, one sequence of 128 tokens."""
+    import torch
+    import transformers as tr
+
+    torch.manual_seed(0)
+    config = tr.BertConfig()
+    model = tr.BertModel(config).eval()
+    ids = torch.randint(0, config.vocab_size, (1, BERT_SEQ))
+    return model, {"input_ids": ids, "attention_mask": torch.ones(1, BERT_SEQ, dtype=torch.int64)}
+
+
+def keras_bert_sized():
+    """A BERT-base-sized Keras encoder (12 layers, hidden 768, 12 heads, GELU MLP of 3072),
+    one sequence of 128 positions of float embeddings."""
+    import numpy as np
+
+    from exporter.frameworks.keras_framework import prepare_keras_environment
+
+    prepare_keras_environment()
+    import keras
+
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((BERT_SEQ, 768), batch_size=1, name="embeddings")
+    x = inputs
+    for _ in range(12):
+        attended = keras.layers.MultiHeadAttention(num_heads=12, key_dim=64)(x, x)
+        x = keras.layers.LayerNormalization(epsilon=1e-12)(x + attended)
+        hidden = keras.layers.Dense(3072, activation="gelu")(x)
+        x = keras.layers.LayerNormalization(epsilon=1e-12)(x + keras.layers.Dense(768)(hidden))
+    model = keras.Model(inputs, x)
+    return model, {"embeddings": np.random.default_rng(0).standard_normal((1, BERT_SEQ, 768)).astype("float32")}
+
+
+def big_mlp():
+    """A PyTorch MLP with about 2.6 GB of float32 weights (ten 8000x8000 layers, exact GELU
+    between them): past protobuf's 2 GB limit, so the ONNX file keeps its weights outside."""
+    import torch
+
+    torch.manual_seed(0)
+    layers = []
+    for _ in range(10):
+        layers += [torch.nn.Linear(8000, 8000), torch.nn.GELU()]
+    return torch.nn.Sequential(*layers[:-1]).eval(), (torch.randn(2, 8000),)

@@ -1,0 +1,65 @@
+"""Run exportgate and its hand-written equivalent alternately, several rounds, and compare.
+
+Each command runs as its own process; wall time is measured around it and peak RSS is the
+largest resident set of the process and every process it waited for (os.wait4: exportgate's
+runtime worker counts). Prints min and median of each and the ratios exportgate / hand-written.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+EXPORTGATE = [sys.executable, "-c", "from exporter.cli import main; main()"]
+
+
+@dataclass
+class Runs:
+    name: str
+    walls: list[float] = field(default_factory=list)
+    rss: list[float] = field(default_factory=list)  # GB
+
+
+def run_once(command: list[str], cwd: Path) -> tuple[float, float]:
+    """(wall seconds, peak RSS in GB) of one run; raises when it fails."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    start = time.perf_counter()
+    process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    stderr = process.stderr.read()
+    _, status, usage = os.wait4(process.pid, 0)
+    wall = time.perf_counter() - start
+    code = os.waitstatus_to_exitcode(status)
+    if code != 0:
+        raise SystemExit(f"{' '.join(command)} failed with exit {code}:\n{stderr.decode()[-3000:]}")
+    return wall, usage.ru_maxrss / 1e6  # ru_maxrss is in KiB on Linux
+
+
+def compare(pairs: list[tuple[str, list[str], str, list[str]]], rounds: int, cwd: Path,
+            goals: dict[str, tuple[float, float]] | None = None) -> None:
+    """For each (label, exportgate command, label, hand-written command): `rounds` alternating runs."""
+    for gate_name, gate, hand_name, hand in pairs:
+        a, b = Runs(gate_name), Runs(hand_name)
+        for i in range(rounds):
+            for runs, command in ((a, gate), (b, hand)):
+                wall, rss = run_once(command, cwd)
+                runs.walls.append(wall)
+                runs.rss.append(rss)
+                print(f"  round {i + 1}: {runs.name}: {wall:.2f} s, {rss:.2f} GB", file=sys.stderr, flush=True)
+        print(f"{'':40} {'wall min':>9} {'median':>8} {'RSS max':>8}")
+        for runs in (a, b):
+            print(f"{runs.name:40} {min(runs.walls):8.2f}s {statistics.median(runs.walls):7.2f}s "
+                  f"{max(runs.rss):7.2f}G")
+        wall_ratio = min(a.walls) / min(b.walls)
+        rss_ratio = max(a.rss) / max(b.rss)
+        goal = (goals or {}).get(gate_name)
+        verdict = ""
+        if goal:
+            verdict = (f"   goal wall <= {goal[0]:.2f}x, RSS <= {goal[1]:.2f}x: "
+                       f"{'met' if wall_ratio <= goal[0] and rss_ratio <= goal[1] else 'NOT met'}")
+        print(f"{'ratio (min wall, max RSS)':40} {wall_ratio:8.2f}x {'':8} {rss_ratio:7.2f}x{verdict}\n", flush=True)
