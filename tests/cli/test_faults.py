@@ -17,7 +17,9 @@ from tests.conftest import REPO, run_cli
 
 
 def _start(tmp_path, *args):
-    code = "from exporter.cli import main\nmain()"
+    # Ctrl-C reaches exportgate as it does from a terminal, even when this suite runs where SIGINT
+    # is ignored (a background job of a shell without job control), which a child inherits.
+    code = "import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)\nfrom exporter.cli import main\nmain()"
     return subprocess.Popen([sys.executable, "-c", code, *map(str, args)], cwd=tmp_path,
                             env={**os.environ, "PYTHONPATH": str(REPO)}, stderr=subprocess.PIPE, text=True)
 
