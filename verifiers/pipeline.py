@@ -5,13 +5,14 @@ what differs by runtime of its runner (verifiers.runtimes)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from verifiers.compare import Tolerances, compare_outputs, match_outputs
 from verifiers.errors import BadInput, ExportgateError, one_line
-from verifiers.formats import Artifact, described, measured_sites
+from verifiers.formats import Artifact, described, measured_sites, opened
 from verifiers.report import Report
 from verifiers.runtimes import InvalidArtifact, Runner, open_runner, run_model, runtime_for
 from verifiers.runtimes import isolation
@@ -143,17 +144,19 @@ def _accept_declared_differences(report: Report) -> None:
 def gelu_sensitivity(report: Report, artifact: Artifact, artifact_sites: list, comparison: Comparison,
                      tolerances: Tolerances) -> None:
     """Say when the output tolerance alone could not have told exact GELU from tanh: swap exact
-    and tanh at every site of the artifact, run the variant, and see whether it would still pass."""
+    and tanh at every site of the artifact, run the variant, and see whether it would still pass.
+    The variant is built and run in the runner's worker, beside the artifact, so its weights are
+    never copied across processes."""
+    runner_class = runtime_for(artifact.format.name, comparison.runner.runtime)
     try:
-        variant = artifact.gelu_swapped(artifact_sites)
+        runs = isolation.call(swapped_outputs, artifact.format.name, artifact.path, artifact_sites,
+                              comparison.artifact_feeds, runner_class, runtime=runner_class.runtime,
+                              step="running the GELU-swapped variant", runner=comparison.runner)
     except ValueError as exc:  # a site the rewrite cannot isolate, a model too large to hold twice
         report.notes.append(f"GELU tolerance check skipped: {exc}")
         return
-    if variant is None:
+    if runs is None:
         return
-    runner_class = runtime_for(artifact.format.name, comparison.runner.runtime)
-    runs = isolation.call(run_model, runner_class, variant, comparison.artifact_feeds, runtime=runner_class.runtime,
-                          step="running the GELU-swapped variant", runner=comparison.runner)
     results, _ = comparison.against(runs, tolerances)
     for result in results:
         report.gelu_swap_effect[result.name] = result.max_abs_err
@@ -162,6 +165,15 @@ def gelu_sensitivity(report: Report, artifact: Artifact, artifact_sites: list, c
                 f"output {result.name}: atol {result.atol:g} / rtol {result.rtol:g} cannot tell exact GELU "
                 f"from tanh here (swapping every GELU's flavour moves it by at most {result.max_abs_err:.2g} "
                 f"and would still pass); only the GELU guard sees such a change")
+
+
+def swapped_outputs(fmt: str, path: Path, sites: list, feeds: list[dict[str, np.ndarray]],
+                    runner_class: type[Runner]) -> list[list[np.ndarray]] | None:
+    """The outputs on `feeds` of the artifact at `path` with every exact GELU written as tanh and
+    every tanh as exact, run by `runner_class` (a module-level function, for a runtime worker);
+    None when it has no such site."""
+    variant = opened(fmt, path).gelu_swapped(sites)
+    return None if variant is None else run_model(runner_class, variant, feeds)
 
 
 def _artifact_feed(runner: Runner, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

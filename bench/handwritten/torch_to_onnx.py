@@ -19,11 +19,26 @@ module_spec = importlib.util.spec_from_file_location("bench_model", path)
 module = importlib.util.module_from_spec(module_spec)
 module_spec.loader.exec_module(module)
 model, example = getattr(module, name)()
-if not isinstance(example, dict):  # positional example inputs
+by_keyword = isinstance(example, dict)
+if not by_keyword:  # positional example inputs
     example = {f"input_{i}": t for i, t in enumerate(example)}
 names = list(example)
-args = tuple(example.values())
-torch.onnx.export(model, args, out, opset_version=17, dynamo=False, input_names=names, output_names=["out"])
+
+
+class ByName(torch.nn.Module):
+    """Positional inputs to the model's keyword arguments (how transformers models are traced)."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, *args):
+        out = self.inner(**dict(zip(names, args))) if by_keyword else self.inner(*args)
+        return out[0] if isinstance(out, tuple) or hasattr(out, "last_hidden_state") else out
+
+
+torch.onnx.export(ByName(model), tuple(example.values()), out, opset_version=17, dynamo=False, input_names=names,
+                  output_names=["out"])
 onnx.checker.check_model(out, full_check=True)
 session = ort.InferenceSession(out, providers=["CPUExecutionProvider"])
 rng = np.random.default_rng(0)
@@ -35,9 +50,7 @@ for _ in range(3):
 worst = 0.0
 with torch.no_grad():
     for batch in batches:
-        expected = model(*[torch.from_numpy(batch[k]) for k in names])
-        expected = (expected[0] if isinstance(expected, tuple) or hasattr(expected, "last_hidden_state")
-                    else expected).numpy()
+        expected = ByName(model)(*[torch.from_numpy(v) for v in batch.values()]).numpy()
         got = session.run(None, batch)[0]
         worst = max(worst, float(np.abs(expected - got).max()))
 print(f"max abs diff {worst:.3g}")

@@ -16,7 +16,7 @@ from fixtures.specs import torch_model
 #     file when the policy asks), the artifact object every later step shares, the SHA-256 of the
 #     report;
 #   runtime worker: the runner's external-data check, onnx.checker's full check, the onnxruntime
-#     session, the GELU measuring (the probes are cut out of one parse).
+#     session, and one parse that the GELU measuring (its probes) and the GELU-swapped variant share.
 EXPORT_READS = 8
 
 

@@ -127,16 +127,33 @@ def open_artifact(path: str | Path) -> Artifact:
     return detect_format(path).open(path)
 
 
+_LAST_OPENED: dict[str, Any] = {}
+
+
+def opened(fmt: str, path: str | Path) -> Artifact:
+    """The artifact at `path`, parsed once per process while the file stays as it is (same size
+    and modification time): what a runtime worker does with one artifact (measure its GELU sites,
+    run its GELU-swapped variant) shares one parse. Callers must not change the parsed model."""
+    path = Path(path)
+    if not path.is_file():
+        raise BadInput(f"{path}: no such file")
+    info = path.stat()
+    key = (fmt, str(path.resolve()), info.st_size, info.st_mtime_ns)
+    if _LAST_OPENED.get("key") != key:
+        _LAST_OPENED.update(key=key, artifact=FORMATS[fmt].open(path))
+    return _LAST_OPENED["artifact"]
+
+
 def measured_sites(fmt: str, path: Path, runner: type | None = None) -> list:
     """`activation_sites` of the artifact at `path` (a module-level function, for a runtime worker)."""
-    return FORMATS[fmt].open(path).activation_sites(runner)
+    return opened(fmt, path).activation_sites(runner)
 
 
 def described(fmt: str, path: Path, runner: type | None = None) -> dict[str, Any]:
     """`describe()` plus the GELU sites as inspect lists them (for a runtime worker)."""
     from verifiers.gelu.inventory import describe_sites
 
-    artifact = FORMATS[fmt].open(path)
+    artifact = opened(fmt, path)
     info = artifact.describe()
     info["gelu"] = describe_sites(artifact.activation_sites(runner))
     return info

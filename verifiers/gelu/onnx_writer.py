@@ -380,9 +380,25 @@ def replace_site(
     kept as an Add in front. Raises ValueError when the site is not in the model, when its
     intermediate tensors are read elsewhere, or when the form is unknown or needs a newer opset.
     """
-    key = (flavour, form)
-    if key not in FORMS:
-        raise ValueError(f"no form {form!r} for flavour {flavour!r}; known: {sorted(FORMS)}")
-    _check_opset(model, opset, FORMS[key])
-    merged = _merged_constants(constants)
-    return write_forms(model, [(locate(model.graph, site), FORMS[key])], merged, elem_type)
+    return replace_sites(model, [(site, flavour)], opset=opset, form=form, constants=constants, elem_type=elem_type)
+
+
+def replace_sites(
+    model: onnx.ModelProto,
+    changes: list[tuple[Site, str]],
+    *,
+    opset: int | None = None,
+    form: str = PRIMITIVES,
+    constants: Mapping[str, float] | None = None,
+    elem_type: int | None = None,
+) -> onnx.ModelProto:
+    """`replace_site` for several (site, flavour) changes at once: one copy of the model, however
+    many sites (the sites must not share nodes)."""
+    placements = []
+    for site, flavour in changes:
+        key = (flavour, form)
+        if key not in FORMS:
+            raise ValueError(f"no form {form!r} for flavour {flavour!r}; known: {sorted(FORMS)}")
+        _check_opset(model, opset, FORMS[key])
+        placements.append((locate(model.graph, site), FORMS[key]))
+    return write_forms(model, placements, _merged_constants(constants), elem_type)

@@ -6,16 +6,12 @@ from __future__ import annotations
 import onnx
 
 from .catalogue import EXACT, TANH, SiteFlavour
-from .onnx_writer import replace_site
+from .onnx_writer import replace_sites
 
 SWAPPED = {EXACT: TANH, TANH: EXACT}
 
 
 def swapped_variant(model: onnx.ModelProto, entries: list[SiteFlavour]) -> onnx.ModelProto | None:
     """The model with every exact GELU written as tanh and every tanh as exact; None when it has none."""
-    swappable = [e for e in entries if e.flavour in SWAPPED]
-    if not swappable:
-        return None
-    for entry in swappable:
-        model = replace_site(model, entry.site, SWAPPED[entry.flavour])
-    return model
+    swappable = [(e.site, SWAPPED[e.flavour]) for e in entries if e.flavour in SWAPPED]
+    return replace_sites(model, swappable) if swappable else None
