@@ -7,21 +7,15 @@ Goal (issue 12): wall <= 1.15x and peak RSS <= 1.3x the hand-written script.
 """
 
 import argparse
-import sys
 import tempfile
 from pathlib import Path
 
-from side_by_side import EXPORTGATE, REPO, compare
+from side_by_side import REPO, TORCH_ONNX, compare, torch_onnx_pair
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--rounds", type=int, default=3)
 args = parser.parse_args()
 model = str(REPO / "bench" / "models.py") + ":bert_base"
 with tempfile.TemporaryDirectory() as tmp:
-    compare([(
-        "exportgate export --to onnx --opset 17",
-        [*EXPORTGATE, "export", model, "--to", "onnx", "--opset", "17", "--exporter", "torchscript",
-         "--out", f"{tmp}/gate/bert.onnx"],
-        "hand-written torch.onnx + ORT",
-        [sys.executable, str(REPO / "bench/handwritten/torch_to_onnx.py"), model, f"{tmp}/bert.onnx"],
-    )], args.rounds, Path(tmp), goals={"exportgate export --to onnx --opset 17": (1.15, 1.3)})
+    compare([torch_onnx_pair(model, tmp, "bert.onnx", "--exporter", "torchscript")], args.rounds, Path(tmp),
+            goals={TORCH_ONNX: (1.15, 1.3)})

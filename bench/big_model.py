@@ -7,23 +7,17 @@ Goals (issue 12): the same ratios as bench/bert_onnx.py (wall <= 1.15x, peak RSS
 """
 
 import argparse
-import sys
 import tempfile
 from pathlib import Path
 
-from side_by_side import EXPORTGATE, REPO, compare, run_once
+from side_by_side import EXPORTGATE, REPO, TORCH_ONNX, compare, run_once, torch_onnx_pair
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--rounds", type=int, default=1)
 args = parser.parse_args()
 model = str(REPO / "bench" / "models.py") + ":big_mlp"
 with tempfile.TemporaryDirectory() as tmp:
-    compare([(
-        "exportgate export --to onnx --opset 17",
-        [*EXPORTGATE, "export", model, "--to", "onnx", "--opset", "17", "--exporter", "torchscript",
-         "--out", f"{tmp}/gate/big.onnx"],
-        "hand-written torch.onnx + ORT",
-        [sys.executable, str(REPO / "bench/handwritten/torch_to_onnx.py"), model, f"{tmp}/big.onnx"],
-    )], args.rounds, Path(tmp), goals={"exportgate export --to onnx --opset 17": (1.15, 1.3)})
+    compare([torch_onnx_pair(model, tmp, "big.onnx", "--exporter", "torchscript")], args.rounds, Path(tmp),
+            goals={TORCH_ONNX: (1.15, 1.3)})
     wall, rss = run_once([*EXPORTGATE, "inspect", f"{tmp}/big.onnx", "--json"], Path(tmp))
     print(f"inspect --json of the exported file: {wall:.2f} s, peak RSS {rss:.2f} GB")

@@ -7,20 +7,15 @@ Goal (issue 12): wall <= 1.15x and peak RSS <= 1.3x the hand-written script.
 """
 
 import argparse
-import sys
 import tempfile
 from pathlib import Path
 
-from side_by_side import EXPORTGATE, REPO, compare
+from side_by_side import REPO, TORCH_ONNX, compare, torch_onnx_pair
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--rounds", type=int, default=5)
 args = parser.parse_args()
 model = str(REPO / "examples" / "mlp.py") + ":build"
 with tempfile.TemporaryDirectory() as tmp:
-    compare([(
-        "exportgate export --to onnx --opset 17",
-        [*EXPORTGATE, "export", model, "--to", "onnx", "--opset", "17", "--out", f"{tmp}/gate/mlp.onnx"],
-        "hand-written torch.onnx + ORT",
-        [sys.executable, str(REPO / "bench/handwritten/torch_to_onnx.py"), model, f"{tmp}/mlp.onnx"],
-    )], args.rounds, Path(tmp), goals={"exportgate export --to onnx --opset 17": (1.15, 1.3)})
+    compare([torch_onnx_pair(model, tmp, "mlp.onnx")], args.rounds, Path(tmp),
+            goals={TORCH_ONNX: (1.15, 1.3)})

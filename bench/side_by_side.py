@@ -63,3 +63,14 @@ def compare(pairs: list[tuple[str, list[str], str, list[str]]], rounds: int, cwd
             verdict = (f"   goal wall <= {goal[0]:.2f}x, RSS <= {goal[1]:.2f}x: "
                        f"{'met' if wall_ratio <= goal[0] and rss_ratio <= goal[1] else 'NOT met'}")
         print(f"{'ratio (min wall, max RSS)':40} {wall_ratio:8.2f}x {'':8} {rss_ratio:7.2f}x{verdict}\n", flush=True)
+
+
+TORCH_ONNX = "exportgate export --to onnx --opset 17"
+
+
+def torch_onnx_pair(model: str, folder: str, name: str, *options: str) -> tuple[str, list[str], str, list[str]]:
+    """`exportgate export MODEL --to onnx --opset 17` beside bench/handwritten/torch_to_onnx.py."""
+    return (TORCH_ONNX,
+            [*EXPORTGATE, "export", model, "--to", "onnx", "--opset", "17", *options, "--out", f"{folder}/gate/{name}"],
+            "hand-written torch.onnx + ORT",
+            [sys.executable, str(REPO / "bench/handwritten/torch_to_onnx.py"), model, f"{folder}/{name}"])
