@@ -58,7 +58,7 @@ def main() -> None:
         for name in ("block20.onnx", "block17.onnx"):
             path = Path(tmp) / name
             rows.append((name, "describe", best_of(args.repeat, lambda: describe_onnx(path))))
-            rows.append((name, "GELU inventory", best_of(args.repeat, lambda: onnx_inventory(load_structure(path)))))
+            rows.append((name, "GELU inventory", best_of(args.repeat, lambda: onnx_inventory(load_structure(path).model))))
         path = Path(tmp) / "convnext.tflite"
         rows.append(("convnext.tflite", "describe", best_of(args.repeat, lambda: describe_tflite(path))))
         rows.append(("convnext.tflite", "GELU inventory", best_of(args.repeat, lambda: tflite_inventory(path))))

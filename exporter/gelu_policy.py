@@ -59,10 +59,9 @@ def _onnx(path: Path, policy: str, target: Target | None) -> PolicyOutcome:
         replace_site,
     )
     from verifiers.gelu.onnx_sites import find_gelu_sites
-    from verifiers.onnx_model import default_opset
+    from verifiers.onnx_model import default_opset, load_structure
 
-    model = onnx.load(str(path))
-    opset = default_opset(model) or 0
+    opset = default_opset(load_structure(path).model) or 0
     where = f"{target.name}" if target else "the artifact"
     gelu_op = opset >= 20 and (target is None or target.gelu.get("gelu_op") is not False)
     erf = target is None or target.gelu.get("erf") is not False
@@ -73,6 +72,9 @@ def _onnx(path: Path, policy: str, target: Target | None) -> PolicyOutcome:
             raise Incompatible(f"--gelu native: opset {opset} has no Gelu op; it is in the default domain from "
                                f"opset 20 (--opset 20){runs}", kind="opset")
         raise Incompatible(f"--gelu native: {where} does not run the Gelu op (opset 20) by the target matrix")
+    if policy == "preserve" and target is None:
+        return outcome  # the artifact stays as exported: nothing to read
+    model = onnx.load(str(path))
     rewritten = model
     if policy == "tanh":
         form = GELU_OP if gelu_op else PRIMITIVES

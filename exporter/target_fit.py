@@ -11,6 +11,7 @@ from pathlib import Path
 
 import onnx
 
+from verifiers.onnx_model import load_structure
 from verifiers.targets import Target
 
 
@@ -18,12 +19,13 @@ def fit_ir_version(path: Path, target: Target) -> str | None:
     """Lower the file's IR version to the target's when its opsets allow; a note when it did."""
     if target.max_ir_version is None:  # only ONNX targets have one
         return None
-    model = onnx.load(str(path), load_external_data=False)
-    if model.ir_version <= target.max_ir_version:
+    structure = load_structure(path).model
+    if structure.ir_version <= target.max_ir_version:
         return None
-    needed = onnx.helper.find_min_ir_version_for(list(model.opset_import), ignore_unknown=True)
+    needed = onnx.helper.find_min_ir_version_for(list(structure.opset_import), ignore_unknown=True)
     if needed > target.max_ir_version:
         return None  # the target check reports it
+    model = onnx.load(str(path), load_external_data=False)
     stamped = model.ir_version
     model.ir_version = target.max_ir_version
     onnx.save(model, str(path))

@@ -6,6 +6,7 @@ import math
 import os
 import stat
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
@@ -14,23 +15,44 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from verifiers.errors import BadInput, ExportgateError, one_line
+from verifiers.onnx_wire import WireError, read_without_weights
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
 
 
-def load_structure(path: str | Path) -> onnx.ModelProto:
-    """The graph without its external weights (cheap even for multi-GB models)."""
+# Initializers held inside the file with more bytes than this are not read by load_structure.
+INLINE_WEIGHT_MIN_BYTES = 4096
+
+
+@dataclass(frozen=True)
+class Structure:
+    """An ONNX file's graph without its weights. `model` names every tensor with its type and dims;
+    weights in external data files stay there, and top-level initializers held inside the file
+    (`inline`, by name) are marked as external data of the file itself, at their offsets in it."""
+
+    model: onnx.ModelProto
+    inline: frozenset[str] = frozenset()
+
+    def external_data_files(self) -> list[str]:
+        """The data files the model names (relative to its folder), the file itself not included."""
+        return external_data_files(self.model, self.inline)
+
+
+def load_structure(path: str | Path) -> Structure:
+    """The graph without its weights, read without reading them (cheap for any size); the
+    locations of its external data are checked (see check_external_data)."""
     path = Path(path)
     if not path.is_file():
         raise BadInput(f"{path}: no such file")
     try:
-        model = onnx.load(str(path), load_external_data=False)
-    except (DecodeError, ValueError, RuntimeError, OSError) as exc:
+        model, inline = read_without_weights(path, INLINE_WEIGHT_MIN_BYTES)
+    except (WireError, DecodeError, ValueError, RuntimeError, OSError) as exc:
         raise BadInput(f"{path}: not a readable ONNX model: {one_line(exc)}") from exc
     if not model.graph.node and not model.opset_import:
         raise BadInput(f"{path}: not a readable ONNX model: empty graph")
-    check_external_data(model, path)
-    return model
+    structure = Structure(model, inline)
+    check_external_data(structure, path)
+    return structure
 
 
 def malformed_onnx_is_bad_input(path: Path, fn, *args):
@@ -42,23 +64,22 @@ def malformed_onnx_is_bad_input(path: Path, fn, *args):
     except ExportgateError:
         raise
     except Exception as exc:
+        load_structure(path)  # its external data checked before the checker reads the file
         try:
-            onnx.checker.check_model(load_structure(path))
-        except BadInput:
-            raise
+            onnx.checker.check_model(str(path))
         except Exception as rejected:
             raise BadInput(f"{path}: malformed ONNX model: {one_line(rejected)}") from exc
         raise
 
 
-def check_external_data(model: onnx.ModelProto, path: Path) -> None:
+def check_external_data(structure: Structure, path: Path) -> None:
     """Refuse a model whose external data could reach outside its folder or is not plain data,
     before anything reads, hashes, loads or deletes it: every location must be a relative path
     without `..`, resolve (symlinks followed) inside the model's folder to a regular file, and
     hold each tensor's bytes at its offset and length."""
     folder = path.resolve().parent
     sizes: dict[str, int] = {}
-    for tensor in external_tensors(model):
+    for tensor in external_tensors(structure.model, structure.inline):
         entries = {e.key: e.value for e in tensor.external_data}
         location = entries.get("location", "")
         where = f"{path}: external data of {tensor.name!r} at {location!r}"
@@ -182,19 +203,22 @@ def iter_graphs(graph: onnx.GraphProto):
             yield from iter_graphs(sub)
 
 
-def external_tensors(model: onnx.ModelProto):
-    """Tensors (initializers, Constant values) whose data lives in an external file."""
+def external_tensors(model: onnx.ModelProto, inline: frozenset[str] = frozenset()):
+    """Tensors (initializers, Constant values) whose data lives in an external file; the
+    top-level initializers named in `inline` (held in the model's own file) left out."""
     from onnx.external_data_helper import _get_all_tensors
 
-    for tensor in _get_all_tensors(model):
-        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+    top_level = len(model.graph.initializer)  # _get_all_tensors yields them first, in order
+    for i, tensor in enumerate(_get_all_tensors(model)):
+        if tensor.data_location == onnx.TensorProto.EXTERNAL and not (i < top_level and tensor.name in inline):
             yield tensor
 
 
-def external_data_files(model: onnx.ModelProto) -> list[str]:
-    """Relative locations of the external data files a model refers to, in first-use order."""
+def external_data_files(model: onnx.ModelProto, inline: frozenset[str] = frozenset()) -> list[str]:
+    """Relative locations of the external data files a model refers to, in first-use order (the
+    model's own file, for the `inline` initializers, not included)."""
     locations: dict[str, None] = {}
-    for tensor in external_tensors(model):
+    for tensor in external_tensors(model, inline):
         for entry in tensor.external_data:
             if entry.key == "location":
                 locations[entry.value] = None
@@ -223,10 +247,11 @@ def _dtype(value_info: onnx.ValueInfoProto) -> str:
     return onnx.helper.tensor_dtype_to_np_dtype(elem).name if elem else "unknown"
 
 
-def describe(path: str | Path, model: onnx.ModelProto | None = None) -> dict[str, Any]:
-    """What `exportgate inspect` shows for an ONNX file (`model`: its structure, when already read)."""
+def describe(path: str | Path, structure: Structure | None = None) -> dict[str, Any]:
+    """What `exportgate inspect` shows for an ONNX file (`structure`: when already read)."""
     path = Path(path)
-    model = model if model is not None else load_structure(path)
+    structure = structure if structure is not None else load_structure(path)
+    model = structure.model
     initializer_names = {t.name for t in model.graph.initializer}
     ops = Counter(
         f"{node.domain}.{node.op_type}" if node.domain not in DEFAULT_DOMAINS else node.op_type
@@ -246,5 +271,5 @@ def describe(path: str | Path, model: onnx.ModelProto | None = None) -> dict[str
             if i.name not in initializer_names
         ],
         "outputs": [{"name": o.name, "shape": _shape(o), "dtype": _dtype(o)} for o in model.graph.output],
-        "external_data": external_data_files(model),
+        "external_data": structure.external_data_files(),
     }

@@ -41,7 +41,7 @@ def _export_dynamo(source, request, dest, args, kwargs, dynamic_axes):
     if request.opset is not None and request.opset < DYNAMO_BASE_OPSET:
         import onnx
 
-        model = load_structure(dest)
+        model = onnx.load(str(dest), load_external_data=False)
         if split_sizes_for_opset(model):
             onnx.save(model, str(dest))  # the weights stay in the external data file, untouched
 
@@ -178,7 +178,7 @@ class TorchToOnnx(Route):
             except Exception as exc:
                 attempts.append(f"{label} of torch {torch.__version__} failed: {_root_cause(exc)}")
                 continue
-            produced = default_opset(load_structure(dest))
+            produced = default_opset(load_structure(dest).model)
             if request.opset is None or produced == request.opset:
                 notes = [f"{a}; fell back" for a in attempts]
                 return ExportResult(exporter=label, notes=notes)

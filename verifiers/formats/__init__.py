@@ -58,8 +58,8 @@ class Artifact:
 
     def gelu_swapped(self, sites: list) -> Any | None:
         """The artifact with every exact GELU written as tanh and every tanh as exact, in a form its
-        runtime loads (None when the format cannot be rewritten or has no such site). Raises
-        ValueError for a site the rewrite cannot isolate."""
+        runtime loads with the artifact's folder as its data folder (None when the format cannot be
+        rewritten or has no such site). Raises ValueError for a site the rewrite cannot isolate."""
         return None
 
 

@@ -21,11 +21,11 @@ from verifiers.onnx_model import (
     default_opset,
     describe,
     elem_types,
-    external_data_files,
     iter_nodes,
     load_structure,
     malformed_onnx_is_bad_input,
     relocate_external_data,
+    Structure,
 )
 from verifiers.target_facts import (
     Hits,
@@ -45,27 +45,29 @@ MS_DOMAIN = "com.microsoft"
 # The com.microsoft ops a contrib_gelu: true target runs: those the catalogue says claim a GELU flavour.
 CONTRIB_GELU_OPS = tuple(claim.op.removeprefix(f"{MS_DOMAIN}.") for f in FLAVOURS.values() for claim in f.claims
                          if claim.framework == ONNX and claim.op.startswith(f"{MS_DOMAIN}."))
-# Above this (artifact and data files), the GELU swap is not run: it holds a second copy of the weights.
-SWAP_MAX_BYTES = 1 << 30
 
 
 class OnnxArtifact(Artifact):
     gelu_rewritable = True
 
     @cached_property
-    def model(self) -> onnx.ModelProto:
-        """The graph without its external weights, read once; external data locations are checked."""
+    def structure(self) -> Structure:
+        """The graph without its weights, read once; external data locations are checked."""
         return load_structure(self.path)
 
+    @property
+    def model(self) -> onnx.ModelProto:
+        return self.structure.model
+
     def companion_files(self) -> list[str]:
-        return external_data_files(self.model) if self.path.exists() else []
+        return self.structure.external_data_files() if self.path.exists() else []
 
     def relocate_companions(self, old_to_new: dict[str, str]) -> None:
         relocate_external_data(self.path, old_to_new)
-        self.__dict__.pop("model", None)
+        self.__dict__.pop("structure", None)
 
     def describe(self) -> dict[str, Any]:
-        return malformed_onnx_is_bad_input(self.path, describe, self.path, self.model)
+        return malformed_onnx_is_bad_input(self.path, describe, self.path, self.structure)
 
     def record_facts(self, report) -> None:
         report.actual_opset = default_opset(self.model)
@@ -82,16 +84,12 @@ class OnnxArtifact(Artifact):
         return malformed_onnx_is_bad_input(self.path, _check_onnx, self.model, target)
 
     def gelu_swapped(self, sites: list) -> bytes | None:
+        """The variant's graph; its weights stay where the artifact's lie (its data files, or the
+        artifact file itself, at the offsets the structure marks), for the runtime to read."""
         from verifiers.gelu.onnx_normalize import split_duplicate_gemms
         from verifiers.gelu.sensitivity import swapped_variant
 
-        if self.size_bytes() > SWAP_MAX_BYTES:
-            raise ValueError("the model is too large to run twice")
-        model = onnx.ModelProto()
-        model.CopyFrom(self.model)  # the structure read once; weights held inside the file are in it
-        if self.companion_files():
-            onnx.external_data_helper.load_external_data_for_model(model, str(self.path.parent))
-        variant = swapped_variant(split_duplicate_gemms(model), sites)
+        variant = swapped_variant(split_duplicate_gemms(self.model), sites)
         return None if variant is None else variant.SerializeToString()
 
 

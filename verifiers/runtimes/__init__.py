@@ -1,7 +1,8 @@
 """Runtimes that load an artifact and run it on CPU, found by name in a lazy registry.
 
 Every runner has the same interface: `Runner(model)` loads (and validates) an artifact given as a
-path or as the bytes of an in-memory model; `inputs` and `outputs` describe its tensors; `run_all`
+path, or as the bytes of a model built in memory from one (a variant) whose external data, if it
+has any, lies in `data_folder`; `inputs` and `outputs` describe its tensors; `run_all`
 maps input names to arrays and returns the outputs of every variant (way the runtime runs it).
 `infer` is what callers use: it checks the feed against the input metadata, then runs and times it.
 
@@ -42,7 +43,7 @@ class Runner:
     formats: tuple[str, ...]  # artifact formats it runs
     variants: tuple[str, ...] = ("default",)  # ways it runs an artifact; the first is the one that ships
 
-    def __init__(self, model: Path | bytes):
+    def __init__(self, model: Path | bytes, data_folder: Path | None = None):
         raise NotImplementedError
 
     inputs: list[TensorInfo]
@@ -151,8 +152,9 @@ def open_runner(fmt: str, model: Path | bytes, runtime: str | None = None) -> Ru
     return IsolatedRunner(runtime_for(fmt, runtime), model)
 
 
-def run_model(runner_class: type[Runner], model: Path | bytes, feeds: list[dict[str, np.ndarray]]) -> list[list[np.ndarray]]:
-    """`runner_class(model)` on every feed (a module-level function, for a runtime worker: a
-    variant of an artifact runs beside it)."""
-    runner = runner_class(model)
+def run_model(runner_class: type[Runner], model: Path | bytes, feeds: list[dict[str, np.ndarray]],
+              data_folder: Path | None = None) -> list[list[np.ndarray]]:
+    """`runner_class(model, data_folder)` on every feed (a module-level function, for a runtime
+    worker: a variant of an artifact runs beside it)."""
+    runner = runner_class(model, data_folder)
     return [runner.run(feed) for feed in feeds]

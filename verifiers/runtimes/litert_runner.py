@@ -29,7 +29,7 @@ class LiteRtRunner(Runner):
     formats = ("tflite",)
     variants = ("xnnpack", "builtin")  # the default resolver (XNNPACK delegate), the plain builtin kernels
 
-    def __init__(self, model: Path | bytes):
+    def __init__(self, model: Path | bytes, data_folder: Path | None = None):
         in_memory = isinstance(model, (bytes, bytearray))
         self.path = Path("<in-memory model>") if in_memory else Path(model)
         self._source = {"model_content": bytes(model)} if in_memory else {"model_path": str(self.path)}

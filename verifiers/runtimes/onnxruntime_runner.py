@@ -1,7 +1,8 @@
 """onnxruntime: onnx.checker (full check) on a file, then a CPU session with default options.
 
 An in-memory model (the bytes of a variant built from an artifact already checked, such as the
-GELU-swapped one) goes straight to a session.
+GELU-swapped one) goes straight to a session, which reads its external data (the artifact's
+weights, where they lie on disk) from `data_folder`.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ _ORT_TYPES = {
     "tensor(uint8)": "uint8",
     "tensor(bool)": "bool",
 }
+# Where a session made from bytes reads the model's external data (onnxruntime_session_options_config_keys.h).
+_EXTERNAL_DATA_FOLDER = "session.model_external_initializers_file_folder_path"
 # Load errors that mean "this runtime is too old for the artifact", not "the artifact is broken".
 _RUNTIME_TOO_OLD = ("opset", "ir version", "ir_version", "not implemented", "unsupported")
 
@@ -34,16 +37,19 @@ class OnnxRuntimeRunner(Runner):
     runtime = "onnxruntime"
     formats = ("onnx",)
 
-    def __init__(self, model: Path | bytes):
+    def __init__(self, model: Path | bytes, data_folder: Path | None = None):
         import onnxruntime as ort
 
+        options = ort.SessionOptions()
         if isinstance(model, (bytes, bytearray)):
             self.path, source = Path("<in-memory model>"), bytes(model)
+            if data_folder is not None:
+                options.add_session_config_entry(_EXTERNAL_DATA_FOLDER, str(data_folder))
         else:
             self.path = source = Path(model)
             self._check_file(self.path)
         try:
-            self.session = ort.InferenceSession(source if isinstance(source, bytes) else str(source),
+            self.session = ort.InferenceSession(source if isinstance(source, bytes) else str(source), options,
                                                 providers=["CPUExecutionProvider"])
         except Exception as exc:
             message = one_line(exc)
