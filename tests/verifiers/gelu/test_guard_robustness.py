@@ -28,14 +28,21 @@ def test_a_gelu_no_output_depends_on_is_listed_unused_not_gone(tmp_path, to, ops
     assert any("1 unused" in line for line in report.summary_lines())
 
 
+def test_a_data_dependent_branch_is_read_where_the_sample_takes_it(tmp_path):
+    # torch.export cannot capture the branch; the recorded run reads the GELU the sample reaches.
+    report = api.export(torch_model("always_taken_branch"), to="onnx", opset=17, out=tmp_path / "m.onnx")
+    assert report.exit_code == 0, report.summary_lines()
+    assert report.gelu_guard == "checked" and _statuses(report) == [("kept", "exact")]
+
+
 def test_a_source_graph_that_cannot_be_read_fails_unless_the_guard_is_off(tmp_path):
-    guarded = api.export(torch_model("always_taken_branch"), to="onnx", opset=17, out=tmp_path / "m.onnx")
+    guarded = api.export(torch_model("refuses_dispatch_modes"), to="onnx", opset=17, out=tmp_path / "m.onnx")
     assert guarded.exit_code == 3 and [f.kind for f in guarded.failures] == ["gelu_guard"]
     assert "could not read the source graph" in guarded.failures[0].message
     assert "--no-gelu-guard" in guarded.failures[0].message
     assert not (tmp_path / "m.onnx").exists()
 
-    off = api.export(torch_model("always_taken_branch"), to="onnx", opset=17, out=tmp_path / "m.onnx",
+    off = api.export(torch_model("refuses_dispatch_modes"), to="onnx", opset=17, out=tmp_path / "m.onnx",
                      gelu_guard=False)
     assert off.exit_code == 0 and off.gelu_guard == "off (--no-gelu-guard)"
     assert off.to_dict()["gelu_guard"] == "off (--no-gelu-guard)"
@@ -43,12 +50,12 @@ def test_a_source_graph_that_cannot_be_read_fails_unless_the_guard_is_off(tmp_pa
 
 
 def test_no_gelu_guard_is_a_cli_option_on_export_and_verify(cli, tmp_path):
-    export = cli("export", torch_model("always_taken_branch"), "--to", "onnx", "--opset", "17",
+    export = cli("export", torch_model("refuses_dispatch_modes"), "--to", "onnx", "--opset", "17",
                  "--out", "m.onnx", "--no-gelu-guard")
     assert export.returncode == 0, export.stderr
-    verify = cli("verify", "m.onnx", "--source", torch_model("always_taken_branch"))
+    verify = cli("verify", "m.onnx", "--source", torch_model("refuses_dispatch_modes"))
     assert verify.returncode == 3 and "could not read the source graph" in verify.stderr
-    assert cli("verify", "m.onnx", "--source", torch_model("always_taken_branch"), "--no-gelu-guard").returncode == 0
+    assert cli("verify", "m.onnx", "--source", torch_model("refuses_dispatch_modes"), "--no-gelu-guard").returncode == 0
 
 
 @pytest.mark.parametrize(("to", "opset"), [("onnx", 17), ("tflite", None)], ids=["onnx", "tflite"])

@@ -1,4 +1,4 @@
-"""The PyTorch GELU site finder on real modules, read through torch.export."""
+"""The PyTorch GELU site finder on real modules, recorded as they run (and a torch.export program)."""
 
 import math
 
@@ -104,7 +104,7 @@ def test_finds_the_one_gelu_between_the_linears(act, op, claimed):
     [site] = sites(Mlp(act))
     assert (site.op, site.claimed) == (op, claimed)
     assert site.site_id == f"0:{site.nodes[0]}"
-    assert site.input == "linear"  # fc1's output, as the fx graph names it
+    assert site.input == "addmm"  # fc1's output, as the recorded aten call names it
     assert "in act (" in site.note
 
 
@@ -133,7 +133,7 @@ def test_finds_f_gelu_called_in_forward():
     found = sites(ConvStem(), torch.randn(1, 4, 16))
     assert [(s.op, s.claimed, s.nodes) for s in found] == [("aten.gelu", EXACT, ("gelu",)),
                                                          ("aten.gelu", EXACT, ("gelu_1",))]
-    assert [s.input for s in found] == ["conv1d", "conv1d_1"]
+    assert [s.input for s in found] == ["convolution", "convolution_1"]
 
 
 @pytest.mark.parametrize(
@@ -182,3 +182,32 @@ def test_relu_helper_lists_relu_calls():
         ("relu:0:relu", "aten.relu", RELU), ("relu:1:relu_1", "aten.relu", RELU), ("relu:2:relu_2", "aten.relu", RELU)]
     assert found[0].note == "in act (ReLU)"
     assert [s.claimed for s in find_torch_sites(Relus(), (torch.randn(2, 8),))] == [EXACT]
+
+
+def test_in_place_arithmetic_is_read_as_torch_export_reads_it():
+    class InPlaceQuick(torch.nn.Module):
+        def forward(self, x):
+            return x.clone().mul_(torch.sigmoid(x * 1.702))
+
+    assert [(s.op, s.claimed) for s in sites(InPlaceQuick())] == [("sigmoid-chain", QUICK)]
+
+
+def test_a_gelu_written_into_a_buffer_through_a_view_reaches_the_output():
+    class IntoBuffer(torch.nn.Module):
+        def forward(self, x):
+            out = torch.zeros(2, 16)
+            out[:, :8] = F.gelu(x)
+            return out
+
+    [site] = sites(IntoBuffer())
+    assert site.used and site.claimed == EXACT
+
+
+def test_a_gelu_whose_result_is_dropped_is_unused():
+    class Dropped(torch.nn.Module):
+        def forward(self, x):
+            F.gelu(x)
+            return x * 2
+
+    [site] = sites(Dropped())
+    assert not site.used
