@@ -24,7 +24,15 @@ from exporter.target_fit import fit_ir_version
 from verifiers.compare import Tolerances
 from verifiers.errors import BadInput, Incompatible, one_line
 from verifiers.formats import Artifact, artifact_format, detect_format, open_artifact
-from verifiers.pipeline import Comparison, compare, describe_artifact, gelu_sensitivity, judge_gelu, load_runner
+from verifiers.pipeline import (
+    BEFORE_REWRITE,
+    Comparison,
+    compare,
+    describe_artifact,
+    gelu_sensitivity,
+    judge_gelu,
+    load_runner,
+)
 from verifiers.report import ArtifactInfo, Report
 from verifiers.runtimes import InvalidArtifact, Runner, runtime_for
 from verifiers.steps import Progress, Step, run_steps, silent
@@ -220,6 +228,7 @@ def _compare_before_rewrite(run: Exported) -> None:
     _compare(before)
     for finding in scratch.failures:
         finding.message = f"before the --gelu rewrite: {finding.message}"
+        finding.data["compared"] = BEFORE_REWRITE
         run.report.failures.append(finding)
 
 
