@@ -35,6 +35,7 @@ from verifiers.pipeline import (
 )
 from verifiers.report import ArtifactInfo, Report
 from verifiers.runtimes import InvalidArtifact, Runner, runtime_for
+from verifiers.runtimes.isolation import start_early
 from verifiers.steps import Progress, Step, run_steps, silent
 from verifiers.targets import Target
 from verifiers.writers import check_reports, check_writable, write_reports
@@ -170,6 +171,8 @@ def _export_options(run: Exported) -> None:
         run.report.target = run.target.name
         if run.target.max_opset is not None:
             run.opset = run.report.requested_opset = _opset_for(run.target, run.opset)
+    if run.verify:
+        run.cleanups.callback(start_early(runtime_for(run.to)))
 
 
 def _load_source(run: Exported) -> None:
@@ -358,7 +361,7 @@ def _verify_options(run: Verified) -> None:
     run.tolerances.allow_nonfinite = run.allow_nonfinite
     run.input_specs = [parse_input_spec(s) for s in run.inputs]
     check_reports(run.reports)
-    runtime_for(detect_format(run.path).name, run.runtime)
+    run.cleanups.callback(start_early(runtime_for(detect_format(run.path).name, run.runtime)))
 
 
 def _verified_artifact(run: Verified) -> None:

@@ -42,6 +42,7 @@ class Runner:
     runtime: str  # its name in RUNTIMES, and the distribution whose version the report records
     formats: tuple[str, ...]  # artifact formats it runs
     variants: tuple[str, ...] = ("default",)  # ways it runs an artifact; the first is the one that ships
+    imports: tuple[str, ...] = ()  # modules its loads import (a worker started early imports them ahead)
 
     def __init__(self, model: Path | bytes, data_folder: Path | None = None):
         raise NotImplementedError

@@ -7,6 +7,8 @@ probes, the sensitivity run, inspect's measurements) goes through here:
 
   call(fn, *args, runtime=..., step=...)   fn(*args) in a fresh worker, its result returned
   IsolatedRunner(runner_class, model)       a Runner whose loads and runs happen in one worker
+  start_early(runner_class)                 the next IsolatedRunner's worker, started now: it
+                                            imports the runtime while the caller goes on
 
 The worker is a fresh interpreter (no fork of a process holding torch or TensorFlow threads), with
 an address-space limit (RLIMIT_AS) and a time limit per step; both come from `LIMITS`, which
@@ -88,11 +90,26 @@ class _Worker:
                                         stdin=subprocess.DEVNULL)
         child.close()
         self.conn = Connection(parent.detach())
+        self.limits = LIMITS.get()
+        self.pending: list[str] = []  # steps sent ahead whose replies are not read yet
+
+    def send_ahead(self, step: str, *message) -> None:
+        """Send a request without waiting for it: its reply is read (an error raised) before the
+        next request's."""
+        self.conn.send(message)
+        self.pending.append(step)
 
     def request(self, step: str, *message) -> Any:
+        while self.pending:
+            self._reply(self.pending.pop(0))
+        return self._reply(step, message)
+
+    def _reply(self, step: str, message: tuple | None = None) -> Any:
+        """The reply to `message`, sent first, or to a request sent ahead when None."""
         timeout = LIMITS.get().timeout
         try:
-            self.conn.send(message)
+            if message is not None:
+                self.conn.send(message)
             ready = self.conn.poll(timeout)
             reply = self.conn.recv() if ready else None
         except (EOFError, OSError):
@@ -213,13 +230,57 @@ def call(fn: Callable, *args, runtime: str, step: str, runner: Runner | None = N
             worker.close()
 
 
+_EARLY: dict[str, _Worker] = {}  # runtime -> a worker started ahead of its first load
+
+
+def start_early(runner_class: type[Runner]) -> Callable[[], None]:
+    """Start the worker the next IsolatedRunner of this runtime will load in, now, and have it
+    import the runner's modules while the caller goes on (the start-up is then off the path to
+    the first load); returns what closes it if no runner took it."""
+    worker = _Worker(runner_class.runtime)
+    worker.send_ahead(f"starting {runner_class.runtime}", "call", _import_runtime, (runner_class,))
+    previous = _EARLY.pop(runner_class.runtime, None)
+    if previous is not None:
+        previous.close()
+    _EARLY[runner_class.runtime] = worker
+
+    def close_if_unused() -> None:
+        if _EARLY.get(runner_class.runtime) is worker:
+            del _EARLY[runner_class.runtime]
+            worker.close()
+
+    return close_if_unused
+
+
+def _import_runtime(runner_class: type[Runner]) -> None:
+    """In a worker: import what the runner's loads import (its class came with its module); what
+    is missing is left for the load to report."""
+    import importlib
+
+    for module in runner_class.imports:
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            return
+
+
+def _worker_for(runtime: str) -> _Worker:
+    """The worker started early for `runtime`, when it is alive and under today's limits; else a new one."""
+    worker = _EARLY.pop(runtime, None)
+    if worker is not None and worker.alive() and worker.limits == LIMITS.get():
+        return worker
+    if worker is not None:
+        worker.close()
+    return _Worker(runtime)
+
+
 class IsolatedRunner(Runner):
     """`runner_class(model)` living in a worker: the same inputs, outputs, variants and runs."""
 
     def __init__(self, runner_class: type[Runner], model: Path | bytes):
         self.formats, self.runtime = runner_class.formats, runner_class.runtime
         model = model if isinstance(model, (bytes, bytearray)) else Path(model)
-        self._worker = _Worker(runner_class.runtime)
+        self._worker = _worker_for(runner_class.runtime)
         inputs, outputs, variants = self._worker.request(f"loading {Path(_model_name(model)).name}", "open",
                                                          runner_class, model)
         self.inputs: list[TensorInfo] = inputs

@@ -27,6 +27,7 @@ DEFAULT_SIGNATURE = "serving_default"
 class LiteRtRunner(Runner):
     runtime = "ai-edge-litert"
     formats = ("tflite",)
+    imports = ("ai_edge_litert.interpreter", "verifiers.tflite_model")
     variants = ("xnnpack", "builtin")  # the default resolver (XNNPACK delegate), the plain builtin kernels
 
     def __init__(self, model: Path | bytes, data_folder: Path | None = None):

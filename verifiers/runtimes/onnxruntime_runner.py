@@ -36,6 +36,7 @@ _RUNTIME_TOO_OLD = ("opset", "ir version", "ir_version", "not implemented", "uns
 class OnnxRuntimeRunner(Runner):
     runtime = "onnxruntime"
     formats = ("onnx",)
+    imports = ("onnxruntime", "onnx", "verifiers.onnx_model")
 
     def __init__(self, model: Path | bytes, data_folder: Path | None = None):
         import onnxruntime as ort
