@@ -8,12 +8,12 @@ The API never prints: progress on long steps goes to the `progress` callback.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from exporter.digests import Digests, sha256
 from exporter.frameworks import load_source
 from exporter.gelu_policy import PolicyOutcome, apply_gelu_policy, check_gelu_policy
 from exporter.routes import ExportRequest, Route, check_request, route_for
@@ -146,6 +146,7 @@ class Exported(Checked):
     staging: Staging | None = None
     before_rewrite: Path | None = None
     outcome: PolicyOutcome | None = None
+    digests: Digests | None = None
     loads: bool = True  # false once the exporter's artifact failed to load: the rest of verification is skipped
 
     @property
@@ -223,6 +224,11 @@ def _gelu_form(run: Exported) -> None:
         run.report.notes.extend(filter(None, [fit_ir_version(run.staging.path, run.target)]))
 
 
+def _exported_artifact(run: Exported) -> None:
+    _record_artifact(run, artifact_format(run.to).open(run.staging.path))
+    run.digests = _hash_in_background(run)
+
+
 def _compare_before_rewrite(run: Exported) -> None:
     scratch = Report(command="export")
     before = Checked(scratch, run.progress, run.tolerances, feeds=run.feeds, reference=run.reference,
@@ -254,7 +260,7 @@ def _publish(run: Exported) -> None:
         run.report.notes.append("verification skipped (--no-verify): the artifact was not run or compared")
     if run.report.exit_code == 0:
         # The report is written first: nothing is published that its report does not describe.
-        run.report.artifact = artifact_info(run.artifact, published_as=run.out)
+        run.report.artifact = artifact_info(run.artifact, published_as=run.out, digests=run.digests)
         write_reports(run.report, run.reports)
         try:
             run.staging.publish(run.artifact.companion_files())
@@ -277,7 +283,7 @@ EXPORT_STEPS = (
     Step("stage", _stage),
     Step("export", _export),
     Step("gelu_form", _gelu_form),
-    Step("artifact_facts", lambda run: _record_artifact(run, artifact_format(run.to).open(run.staging.path))),
+    Step("artifact_facts", _exported_artifact),
     Step("target_check", lambda run: _check_target(run, run.target), when=lambda run: run.target is not None),
     Step("compare_before_rewrite", _exported_artifact_loads(_compare_before_rewrite),
          message=lambda run: "comparing the export as it was before the --gelu rewrite",
@@ -365,8 +371,16 @@ def _verify_options(run: Verified) -> None:
 
 
 def _verified_artifact(run: Verified) -> None:
+    """The artifact's facts; its digests are hashed beside the verification and reported at the end."""
     _record_artifact(run, open_artifact(run.path))
-    run.report.artifact = artifact_info(run.artifact)
+    run.cleanups.callback(_report_artifact, run, _hash_in_background(run))
+
+
+def _report_artifact(run: Verified, digests: Digests) -> None:
+    try:
+        run.report.artifact = artifact_info(run.artifact, digests=digests)
+    except OSError as exc:
+        run.report.fail("input", f"{run.path}: could not be read to hash it: {one_line(exc)}")
 
 
 def _verified_source(run: Verified) -> None:
@@ -491,17 +505,24 @@ def _opset_for(target, opset: int | None) -> int:
     return opset
 
 
-def artifact_info(artifact: Artifact, published_as: Path | None = None) -> ArtifactInfo:
+def artifact_info(artifact: Artifact, published_as: Path | None = None, digests: Digests | None = None) -> ArtifactInfo:
     """Path, hashes and sizes of an artifact and its data files (refusing data files it may not
-    name); `published_as` is where it will stand once published (the same names beside it)."""
+    name); `published_as` is where it will stand once published (the same names beside it);
+    `digests`, when the hashing started earlier."""
     path = artifact.path
+    hashed = digests.sha256 if digests is not None else sha256
     shown = Path(published_as) if published_as is not None else path
     data_files = [
-        {"path": str(shown.parent / name), "sha256": _sha256(path.parent / name),
+        {"path": str(shown.parent / name), "sha256": hashed(path.parent / name),
          "size_bytes": (path.parent / name).stat().st_size}
         for name in artifact.companion_files()
     ]
-    return ArtifactInfo(str(shown), artifact.format.name, _sha256(path), path.stat().st_size, data_files)
+    return ArtifactInfo(str(shown), artifact.format.name, hashed(path), path.stat().st_size, data_files)
+
+
+def _hash_in_background(run) -> Digests:
+    """Start hashing the artifact's files: they are final from here on."""
+    return Digests([run.artifact.path, *(run.artifact.path.parent / name for name in run.artifact.companion_files())])
 
 
 def _reports(report_path: str | Path | None, reports: Mapping[str, str | Path] | None) -> dict[str, Path]:
@@ -510,14 +531,6 @@ def _reports(report_path: str | Path | None, reports: Mapping[str, str | Path] |
     if report_path is not None:
         paths["json"] = Path(report_path)
     return paths
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _check_opset(opset: int | None) -> None:

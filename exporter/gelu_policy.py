@@ -61,19 +61,19 @@ def _onnx(path: Path, policy: str, target: Target | None) -> PolicyOutcome:
     from verifiers.gelu.onnx_sites import find_gelu_sites
     from verifiers.onnx_model import default_opset, load_structure
 
+    outcome = PolicyOutcome()
+    if policy == "preserve" and target is None:
+        return outcome  # the artifact stays as exported: nothing to read
     opset = default_opset(load_structure(path).model) or 0
     where = f"{target.name}" if target else "the artifact"
     gelu_op = opset >= 20 and (target is None or target.gelu.get("gelu_op") is not False)
     erf = target is None or target.gelu.get("erf") is not False
-    outcome = PolicyOutcome()
     if policy == "native" and not gelu_op:
         if opset < 20:
             runs = f"; {target.name} loads opsets up to {target.max_opset}" if target else ""
             raise Incompatible(f"--gelu native: opset {opset} has no Gelu op; it is in the default domain from "
                                f"opset 20 (--opset 20){runs}", kind="opset")
         raise Incompatible(f"--gelu native: {where} does not run the Gelu op (opset 20) by the target matrix")
-    if policy == "preserve" and target is None:
-        return outcome  # the artifact stays as exported: nothing to read
     model = onnx.load(str(path))
     rewritten = model
     if policy == "tanh":
