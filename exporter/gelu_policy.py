@@ -49,6 +49,9 @@ def apply_gelu_policy(path: Path, fmt: str, policy: str, target: Target | None) 
 
 
 def _onnx(path: Path, policy: str, target: Target | None) -> PolicyOutcome:
+    outcome = PolicyOutcome()
+    if policy == "preserve" and target is None:
+        return outcome  # the artifact stays as exported: nothing to read
     import onnx
 
     from exporter.rewrites import (
@@ -61,9 +64,6 @@ def _onnx(path: Path, policy: str, target: Target | None) -> PolicyOutcome:
     from verifiers.gelu.onnx_sites import find_gelu_sites
     from verifiers.onnx_model import default_opset, load_structure
 
-    outcome = PolicyOutcome()
-    if policy == "preserve" and target is None:
-        return outcome  # the artifact stays as exported: nothing to read
     opset = default_opset(load_structure(path).model) or 0
     where = f"{target.name}" if target else "the artifact"
     gelu_op = opset >= 20 and (target is None or target.gelu.get("gelu_op") is not False)

@@ -13,6 +13,7 @@ import numpy as np
 from verifiers.errors import BadInput, one_line
 from exporter.frameworks import Framework
 from exporter.sources import InputSpec, Source
+from verifiers.gelu.torch_sites import is_exported_program
 
 
 class TorchFramework(Framework):
@@ -24,7 +25,7 @@ class TorchFramework(Framework):
 
     def owns(self, obj: Any) -> bool:
         torch = sys.modules.get("torch")
-        return torch is not None and isinstance(obj, (torch.nn.Module, torch.export.ExportedProgram))
+        return torch is not None and (isinstance(obj, torch.nn.Module) or is_exported_program(obj))
 
     def load_file(self, path: Path) -> Any:
         torch = self.require("torch")
@@ -44,7 +45,7 @@ class TorchFramework(Framework):
             names = list(example.keys()) if by_keyword else _positional_names(model, len(values))
             arrays = {name: _to_numpy(value, name) for name, value in zip(names, values)}
         elif not input_specs:
-            if isinstance(model, torch.export.ExportedProgram):
+            if is_exported_program(model):
                 input_specs = _exported_program_inputs(model)
             input_specs = input_specs or default_inputs
             if not input_specs:
@@ -65,7 +66,7 @@ class TorchFramework(Framework):
     def run(self, source, feed):
         torch = self.require("torch")
         tensors = [torch.from_numpy(np.ascontiguousarray(feed[name])) for name in source.input_names]
-        module = source.model.module() if isinstance(source.model, torch.export.ExportedProgram) else source.model
+        module = source.model.module() if is_exported_program(source.model) else source.model
         with torch.no_grad():
             if source.by_keyword:
                 result = module(**dict(zip(source.input_names, tensors)))

@@ -25,6 +25,7 @@ from exporter.routes import torchscript_symbolics
 from verifiers.quiet import quiet_exporter
 from exporter.sources import Source
 from exporter.staging import remove_artifact
+from verifiers.gelu.torch_sites import is_exported_program
 from verifiers.onnx_model import default_opset, iter_graphs, load_structure
 
 DYNAMO_BASE_OPSET = 18  # below this the dynamo exporter converts down, and may silently not
@@ -33,6 +34,7 @@ TORCHSCRIPT_MAX_OPSET = 20
 
 def _export_dynamo(source, request, dest, args, kwargs, dynamic_axes):
     torch = sys.modules["torch"]
+    FRAMEWORKS["torch"].require("onnxscript")  # its backend
     torch.onnx.export(
         source.model, args, str(dest), kwargs=kwargs, dynamo=True, opset_version=request.opset,
         input_names=source.input_names, output_names=request.output_names or None,
@@ -89,7 +91,7 @@ def split_sizes_for_opset(model) -> int:
 
 def _export_torchscript(source, request, dest, args, kwargs, dynamic_axes):
     torch = sys.modules["torch"]
-    if isinstance(source.model, torch.export.ExportedProgram):
+    if is_exported_program(source.model):
         raise Incompatible("the TorchScript exporter cannot take a torch.export program (.pt2)")
     if request.opset is not None and request.opset > TORCHSCRIPT_MAX_OPSET:
         raise Incompatible(f"the TorchScript exporter stops at opset {TORCHSCRIPT_MAX_OPSET}")
@@ -157,7 +159,6 @@ class TorchToOnnx(Route):
 
     def export(self, source: Source, request: ExportRequest, dest: Path, progress) -> ExportResult:
         torch = FRAMEWORKS["torch"].require("torch")
-        FRAMEWORKS["torch"].require("onnxscript")  # the dynamo exporter's backend
         args, kwargs = FRAMEWORKS["torch"].example_tensors(source, request.sample_inputs)
         dynamic_axes = {}
         for axis in request.dynamic:

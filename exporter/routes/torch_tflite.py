@@ -35,6 +35,7 @@ from exporter.routes.keras_tflite import (
     check_tflite_request,
     quantize_notes,
 )
+from verifiers.gelu.torch_sites import is_exported_program
 from verifiers.quiet import quiet_exporter
 from exporter.sources import Source, make_batches
 from verifiers.tflite_model import WRAPPER_SCOPE
@@ -172,7 +173,7 @@ class TorchToTflite(Route):
         output_names = list(request.output_names) or source.run(feed)[0]
         args, kwargs = FRAMEWORKS["torch"].example_tensors(source, feed)
         sample = dict(kwargs) if kwargs else dict(zip(source.input_names, args))
-        module = source.model.module() if isinstance(source.model, torch.export.ExportedProgram) else source.model
+        module = source.model.module() if is_exported_program(source.model) else source.model
         wrapper = _by_name(torch, module, source.input_names, output_names, source.by_keyword)
         wide = [spec.name for spec in source.inputs if spec.dtype in WIDE_DTYPES]
         quant_config = _quant_config(request.quantize)

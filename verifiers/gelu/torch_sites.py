@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -350,6 +351,10 @@ def _dispatch_mode_class():
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class Recording(TorchDispatchMode):
+        @classmethod
+        def _should_skip_dynamo(cls) -> bool:
+            return False  # it runs eagerly: no torch._dynamo wrapper, whose first call imports dynamo (1 s)
+
         def __init__(self, recorder: _Recorder):
             super().__init__()
             self.recorder = recorder
@@ -388,10 +393,15 @@ def _written_arguments(func, args: tuple, kwargs: dict) -> list:
     return written
 
 
-def _builder_for(model: Any, args: tuple, kwargs: dict | None) -> _Builder:
-    import torch
+def is_exported_program(obj: Any) -> bool:
+    """Whether `obj` is a torch.export ExportedProgram, without importing torch.export (about 0.5 s
+    with sympy): a program exists only once its module is imported."""
+    module = sys.modules.get("torch.export")
+    return module is not None and isinstance(obj, module.ExportedProgram)
 
-    if isinstance(model, torch.export.ExportedProgram):
+
+def _builder_for(model: Any, args: tuple, kwargs: dict | None) -> _Builder:
+    if is_exported_program(model):
         return _from_program(model)
     return _recorded(model, args, kwargs)
 
