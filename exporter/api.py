@@ -384,21 +384,28 @@ def _report_artifact(run: Verified, digests: Digests) -> None:
 
 
 def _verified_source(run: Verified) -> None:
-    run.source = load_source(run.model, run.input_specs, default_inputs=specs_of_tensors(run.runner.inputs),
+    run.source = load_source(run.model, run.input_specs, default_inputs=lambda: specs_of_tensors(run.runner.inputs),
                              trust_source=run.trust_source)
     run.feeds = make_batches(run.source, run.seed, run.batches)
     run.report.example_batch = run.source.example is not None
 
 
+def _open_artifact(run: Verified) -> None:
+    """Start loading the artifact in its runtime's worker: it loads while the source loads and runs."""
+    run.runner = load_runner(run.artifact, run.runtime, wait=False)
+    run.report.runtime = run.runner.runtime
+
+
 VERIFY_STEPS = (
     Step("options", _verify_options),
     Step("artifact_facts", _verified_artifact),
-    Step("load_artifact", _load_artifact,
+    Step("open_artifact", _open_artifact,
          message=lambda run: f"loading {run.path} in {runtime_for(run.artifact.format.name, run.runtime).runtime}"),
     Step("load_source", _verified_source, message=lambda run: f"loading {run.model}"),
     Step("reference", _reference, message=_reading_sources),
-    Step("compare", _compare, timed=False),
     Step("gelu_source", _capture_gelu, when=lambda run: run.gelu_guard),
+    Step("load_artifact", lambda run: run.runner.wait_loaded()),  # what is left of the load
+    Step("compare", _compare, timed=False),
     Step("gelu", _judge_gelu,
          message=lambda run: run.gelu_guard and "finding the GELU sites of the source and measuring the artifact's"),
     Step("gelu_sensitivity", _gelu_sensitivity, when=_sensitivity_applies),

@@ -23,9 +23,10 @@ from verifiers.runtimes import isolation
 BEFORE_REWRITE = "before_gelu_rewrite"
 
 
-def load_runner(artifact: Artifact, runtime: str | None = None) -> Runner:
-    """The artifact loaded in its runtime (the format's default when None), in a worker."""
-    return open_runner(artifact.format.name, artifact.path, runtime)
+def load_runner(artifact: Artifact, runtime: str | None = None, wait: bool = True) -> Runner:
+    """The artifact loaded in its runtime (the format's default when None), in a worker; with
+    `wait` False, loading there while the caller goes on (see open_runner)."""
+    return open_runner(artifact.format.name, artifact.path, runtime, wait=wait)
 
 
 def describe_artifact(artifact: Artifact, runtime: str | None = None) -> dict[str, Any]:

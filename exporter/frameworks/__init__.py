@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -39,8 +39,11 @@ class Framework:
         raise NotImplementedError
 
     def make_source(
-        self, spec: str, model: Any, example: Any, input_specs: list[InputSpec], default_inputs: list[InputSpec]
+        self, spec: str, model: Any, example: Any, input_specs: list[InputSpec],
+        default_inputs: Callable[[], list[InputSpec]],
     ) -> Source:
+        """`default_inputs()` gives input specs read off an artifact (called only when the model
+        has neither example inputs, declared inputs nor --input specs)."""
         raise NotImplementedError
 
     def run(self, source: Source, feed: dict[str, np.ndarray]) -> tuple[list[str], bool, list[np.ndarray]]:
@@ -85,13 +88,13 @@ def framework_for_file(path: Path) -> Framework:
 
 
 def load_source(
-    spec: str, input_specs: list[InputSpec] | None = None, default_inputs: list[InputSpec] | None = None,
-    trust_source: bool = False,
+    spec: str, input_specs: list[InputSpec] | None = None,
+    default_inputs: Callable[[], list[InputSpec]] | None = None, trust_source: bool = False,
 ) -> Source:
     """Load `file.py:callable`, `model.keras` or `model.pt2`.
 
-    `default_inputs` (read off an artifact being verified) serve a model that comes with neither
-    example inputs nor --input specs. A model file whose loading can run code (a .pt2) loads
+    `default_inputs()` (input specs read off an artifact being verified, asked for only when
+    needed) serve a model that comes with neither example inputs nor --input specs. A model file whose loading can run code (a .pt2) loads
     only with `trust_source`; a file.py runs by design.
     """
     for framework in FRAMEWORKS.values():
@@ -109,7 +112,7 @@ def load_source(
         if framework.load_runs_code and not trust_source:
             raise BadInput(f"{spec}: {framework.load_runs_code}; pass --trust-source to load a file you trust")
         model, example = framework.load_file(path), None
-    return framework.make_source(spec, model, example, input_specs, list(default_inputs or []))
+    return framework.make_source(spec, model, example, input_specs, default_inputs or list)
 
 
 def _module_name(path: Path) -> str:

@@ -86,8 +86,8 @@ class KerasFramework(Framework):
                     f"({', '.join(s.name for s in declared)})"
                 )
             inputs = [given.get(s.name, s) for s in declared]
-        elif input_specs or default_inputs:
-            inputs = list(input_specs or default_inputs)
+        elif input_specs or (fallback := default_inputs()):
+            inputs = list(input_specs or fallback)
         else:
             raise BadInput(
                 f"{spec}: the Keras model has no defined inputs; start it with keras.Input, return "

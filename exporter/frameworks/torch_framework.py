@@ -47,7 +47,7 @@ class TorchFramework(Framework):
         elif not input_specs:
             if is_exported_program(model):
                 input_specs = _exported_program_inputs(model)
-            input_specs = input_specs or default_inputs
+            input_specs = input_specs or default_inputs()
             if not input_specs:
                 raise BadInput(
                     f"{spec}: the PyTorch model comes without example inputs; return "

@@ -144,13 +144,14 @@ def runtime_for(fmt: str, name: str | None = None) -> type[Runner]:
     return runner
 
 
-def open_runner(fmt: str, model: Path | bytes, runtime: str | None = None) -> Runner:
+def open_runner(fmt: str, model: Path | bytes, runtime: str | None = None, wait: bool = True) -> Runner:
     """The runtime `runtime` (the format's default when None, see runtime_for) loading `model` in a worker process
     (verifiers.runtimes.isolation), so a runtime that crashes or hangs on the artifact gives a
-    verdict, not a dead exportgate."""
+    verdict, not a dead exportgate. With `wait` False the load goes on while the caller does other
+    work, until the runner is first used (or its `wait_loaded`)."""
     from verifiers.runtimes.isolation import IsolatedRunner
 
-    return IsolatedRunner(runtime_for(fmt, runtime), model)
+    return IsolatedRunner(runtime_for(fmt, runtime), model, wait=wait)
 
 
 def run_model(runner_class: type[Runner], model: Path | bytes, feeds: list[dict[str, np.ndarray]],

@@ -23,6 +23,7 @@ import contextlib
 import contextvars
 import os
 import signal
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -91,17 +92,34 @@ class _Worker:
         child.close()
         self.conn = Connection(parent.detach())
         self.limits = LIMITS.get()
-        self.pending: list[str] = []  # steps sent ahead whose replies are not read yet
+        self.pending: list[tuple[str, Future]] = []  # requests sent ahead whose replies are not read yet
 
-    def send_ahead(self, step: str, *message) -> None:
-        """Send a request without waiting for it: its reply is read (an error raised) before the
-        next request's."""
-        self.conn.send(message)
-        self.pending.append(step)
+    def send_ahead(self, step: str, *message) -> Future:
+        """Send a request without waiting for it; its reply (or error) goes into the future returned,
+        read before the next request's or by `settle`."""
+        reply: Future = Future()
+        try:
+            self.conn.send(message)
+        except OSError:
+            reply.set_exception(self._died(step, timed_out=False, timeout=LIMITS.get().timeout))
+            return reply
+        self.pending.append((step, reply))
+        return reply
+
+    def settle(self) -> None:
+        """Read the replies of every request sent ahead into their futures."""
+        while self.pending:
+            step, reply = self.pending.pop(0)
+            try:
+                reply.set_result(self._reply(step))
+            except Exception as exc:  # raised where the future is read
+                reply.set_exception(exc)
+            except BaseException as exc:  # an interrupt: it ends the wait too
+                reply.set_exception(exc)
+                raise
 
     def request(self, step: str, *message) -> Any:
-        while self.pending:
-            self._reply(self.pending.pop(0))
+        self.settle()
         return self._reply(step, message)
 
     def _reply(self, step: str, message: tuple | None = None) -> Any:
@@ -277,24 +295,44 @@ def _worker_for(runtime: str) -> _Worker:
 class IsolatedRunner(Runner):
     """`runner_class(model)` living in a worker: the same inputs, outputs, variants and runs."""
 
-    def __init__(self, runner_class: type[Runner], model: Path | bytes):
+    def __init__(self, runner_class: type[Runner], model: Path | bytes, wait: bool = True):
+        """`wait` False: the load goes on in the worker while the caller does other work; the runner
+        waits for it (and raises its error) when first used, or in `wait_loaded`."""
         self.formats, self.runtime = runner_class.formats, runner_class.runtime
         model = model if isinstance(model, (bytes, bytearray)) else Path(model)
         self._worker = _worker_for(runner_class.runtime)
-        inputs, outputs, variants = self._worker.request(f"loading {Path(_model_name(model)).name}", "open",
-                                                         runner_class, model)
-        self.inputs: list[TensorInfo] = inputs
-        self.outputs: list[TensorInfo] = outputs
-        self.variants = variants
+        self._load = self._worker.send_ahead(f"loading {Path(_model_name(model)).name}", "open", runner_class, model)
+        if wait:
+            self.wait_loaded()
+
+    def wait_loaded(self) -> IsolatedRunner:
+        if not self._load.done():
+            self._worker.settle()
+        self._load.result()
+        return self
+
+    @property
+    def inputs(self) -> list[TensorInfo]:
+        return self.wait_loaded()._load.result()[0]
+
+    @property
+    def outputs(self) -> list[TensorInfo]:
+        return self.wait_loaded()._load.result()[1]
+
+    @property
+    def variants(self) -> tuple[str, ...]:
+        return self.wait_loaded()._load.result()[2]
 
     def run(self, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
         return self.run_all(feed)[self.variants[0]]
 
     def call(self, fn: Callable, *args, step: str) -> Any:
         """fn(*args) in this runner's worker (saves starting another for the GELU probes)."""
+        self.wait_loaded()
         return self._worker.request(step, "call", fn, args)
 
     def run_all(self, feed: dict[str, np.ndarray]) -> dict[str, list[np.ndarray]]:
+        self.wait_loaded()
         return self._worker.request("running the artifact", "run_all", feed)
 
     def close(self) -> None:

@@ -124,7 +124,7 @@ def test_dynamic_batch_axis(export):
 
 
 def _source(model):
-    return FRAMEWORKS["keras"].make_source("in-test model", model, None, [], [])
+    return FRAMEWORKS["keras"].make_source("in-test model", model, None, [], list)
 
 
 def test_several_inputs_and_outputs_keep_their_names_and_order(tmp_path):

@@ -26,7 +26,7 @@ def gelu_model(tmp_path_factory):
 
     x = keras.Input((GRID.shape[1],), name="x")
     model = keras.Model(x, keras.layers.Activation("gelu", name="y")(x))
-    source = FRAMEWORKS["keras"].make_source("gelu", model, None, [], [])
+    source = FRAMEWORKS["keras"].make_source("gelu", model, None, [], list)
     path = tmp_path_factory.mktemp("litert") / "gelu.tflite"
     route_for("keras", "tflite").export(source, ExportRequest("tflite", output_names=["y"]), path,
                                        progress=lambda m: None)
