@@ -1,8 +1,9 @@
 """The hand-written equivalent of `exportgate export MODEL --to onnx --opset 17`: build the
 model, torch.onnx.export (TorchScript), onnx.checker's full check, one onnxruntime session, the
-example and three random batches through both sides, the max abs difference.
+example and three random batches through both sides, the max abs difference. With --verify-only,
+of `exportgate verify OUT.onnx --source MODEL`: the same without the export.
 
-    python bench/handwritten/torch_to_onnx.py bench/models.py:bert_base OUT.onnx
+    python bench/handwritten/torch_to_onnx.py bench/models.py:bert_base OUT.onnx [--verify-only]
 """
 
 import importlib.util
@@ -31,14 +32,16 @@ class ByName(torch.nn.Module):
     def __init__(self, inner):
         super().__init__()
         self.inner = inner
+        self.train(inner.training)  # torch.onnx.export puts the wrapper's mode back onto the model
 
     def forward(self, *args):
         out = self.inner(**dict(zip(names, args))) if by_keyword else self.inner(*args)
         return out[0] if isinstance(out, tuple) or hasattr(out, "last_hidden_state") else out
 
 
-torch.onnx.export(ByName(model), tuple(example.values()), out, opset_version=17, dynamo=False, input_names=names,
-                  output_names=["out"])
+if "--verify-only" not in sys.argv[3:]:
+    torch.onnx.export(ByName(model), tuple(example.values()), out, opset_version=17, dynamo=False,
+                      input_names=names, output_names=["out"])
 onnx.checker.check_model(out, full_check=True)
 session = ort.InferenceSession(out, providers=["CPUExecutionProvider"])
 rng = np.random.default_rng(0)
