@@ -206,6 +206,7 @@ def _export(run: Exported) -> None:
     request = ExportRequest(run.to, run.opset, run.exporter, run.axes, output_names=run.reference[0][0],
                             sample_inputs=run.feeds[0], quantize=run.quantize)
     result = run.route.export(run.source, request, run.staging.path, run.progress)
+    run.source.release()
     # Only a run that really exported and then failed removes the release at --out.
     run.cleanups.callback(_remove_stale_release, run.report, run.out, run.to)
     run.report.exporter = result.exporter

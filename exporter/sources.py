@@ -58,6 +58,11 @@ class Source:
     def input_names(self) -> list[str]:
         return [spec.name for spec in self.inputs]
 
+    def release(self) -> None:
+        """Drop the model once nothing runs it any more (an export's verification runs only the
+        artifact): its weights go back before the runtime loads the artifact's beside them."""
+        self.model = None
+
     def run(self, feed: dict[str, np.ndarray]) -> tuple[list[str], bool, list[np.ndarray]]:
         """Run the source model: (output names, whether the names are the model's own, arrays)."""
         try:

@@ -29,6 +29,7 @@ _ORT_TYPES = {
 }
 # Where a session made from bytes reads the model's external data (onnxruntime_session_options_config_keys.h).
 _EXTERNAL_DATA_FOLDER = "session.model_external_initializers_file_folder_path"
+_DISABLE_PREPACKING = "session.disable_prepacking"
 # Load errors that mean "this runtime is too old for the artifact", not "the artifact is broken".
 _RUNTIME_TOO_OLD = ("opset", "ir version", "ir_version", "not implemented", "unsupported")
 
@@ -46,6 +47,9 @@ class OnnxRuntimeRunner(Runner):
             self.path, source = Path("<in-memory model>"), bytes(model)
             if data_folder is not None:
                 options.add_session_config_entry(_EXTERNAL_DATA_FOLDER, str(data_folder))
+                # A variant runs a batch or two: packing its weights for the matmul kernels would copy
+                # them and cost more than it saves (data files stay memory-mapped without it).
+                options.add_session_config_entry(_DISABLE_PREPACKING, "1")
         else:
             self.path = source = Path(model)
             self._check_file(self.path)
