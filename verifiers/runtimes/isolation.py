@@ -23,6 +23,7 @@ import contextlib
 import contextvars
 import os
 import signal
+import time
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,26 +93,27 @@ class _Worker:
         child.close()
         self.conn = Connection(parent.detach())
         self.limits = LIMITS.get()
-        self.pending: list[tuple[str, Future]] = []  # requests sent ahead whose replies are not read yet
+        # Requests sent ahead whose replies are not read yet: (step, future, when sent).
+        self.pending: list[tuple[str, Future, float]] = []
 
     def send_ahead(self, step: str, *message) -> Future:
         """Send a request without waiting for it; its reply (or error) goes into the future returned,
-        read before the next request's or by `settle`."""
+        read before the next request's or by `settle`. Its time limit counts from now."""
         reply: Future = Future()
         try:
             self.conn.send(message)
         except OSError:
             reply.set_exception(self._died(step, timed_out=False, timeout=LIMITS.get().timeout))
             return reply
-        self.pending.append((step, reply))
+        self.pending.append((step, reply, time.monotonic()))
         return reply
 
     def settle(self) -> None:
         """Read the replies of every request sent ahead into their futures."""
         while self.pending:
-            step, reply = self.pending.pop(0)
+            step, reply, sent = self.pending.pop(0)
             try:
-                reply.set_result(self._reply(step))
+                reply.set_result(self._reply(step, sent=sent))
             except Exception as exc:  # raised where the future is read
                 reply.set_exception(exc)
             except BaseException as exc:  # an interrupt: it ends the wait too
@@ -122,13 +124,14 @@ class _Worker:
         self.settle()
         return self._reply(step, message)
 
-    def _reply(self, step: str, message: tuple | None = None) -> Any:
-        """The reply to `message`, sent first, or to a request sent ahead when None."""
+    def _reply(self, step: str, message: tuple | None = None, sent: float | None = None) -> Any:
+        """The reply to `message`, sent first, or to a request sent ahead at `sent` when None."""
         timeout = LIMITS.get().timeout
         try:
             if message is not None:
                 self.conn.send(message)
-            ready = self.conn.poll(timeout)
+            waited = time.monotonic() - sent if sent is not None else 0.0
+            ready = self.conn.poll(max(0.0, timeout - waited))
             reply = self.conn.recv() if ready else None
         except (EOFError, OSError):
             ready, reply = True, None
