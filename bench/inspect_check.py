@@ -25,12 +25,13 @@ with tempfile.TemporaryDirectory() as tmp:
                     str(REPO / "bench/models.py") + ":bert_base", str(model)], check=True, capture_output=True)
     size = model.stat().st_size / 1e9
     print(f"{model.name}: {size:.3f} GB")
-    probe = ("import atexit, sys; atexit.register(lambda: print(sorted(m for m in ('torch', 'tensorflow') "
-             "if m in sys.modules), file=sys.stderr))\n")
-    heavy = subprocess.run([sys.executable, "-c", probe + "from exporter.cli import main; main()", "inspect",
-                            str(model), "--json"], capture_output=True, text=True,
-                           env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}).stderr.strip().splitlines()[-1]
-    print(f"torch/tensorflow imported by inspect: {heavy}")
+    probe = ("import atexit, sys; seen = sys.argv.pop(); atexit.register(lambda: open(seen, 'w').write(str(sorted("
+             "m for m in ('torch', 'tensorflow') if m in sys.modules))))\n")
+    for command in (["inspect", str(model), "--json"], ["check", str(model), "--target", "ort-1.32"]):
+        seen = Path(tmp) / "imported.txt"
+        subprocess.run([sys.executable, "-c", probe + "from exporter.cli import main; main()", *command, str(seen)],
+                       capture_output=True, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+        print(f"torch/tensorflow imported by {command[0]}: {seen.read_text()}")
     for label, command in (("inspect --json", [*EXPORTGATE, "inspect", str(model), "--json"]),
                            ("check --target ort-1.32", [*EXPORTGATE, "check", str(model), "--target", "ort-1.32"])):
         walls, rss = [], []
