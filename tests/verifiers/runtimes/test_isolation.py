@@ -29,6 +29,29 @@ def test_an_abort_is_a_finding_naming_runtime_signal_and_step(tmp_path, runner_c
     assert caught.value.kind == "runtime"
 
 
+def test_a_worker_started_early_is_the_next_runners_and_is_closed_when_none_takes_it(tmp_path):
+    close_if_unused = isolation.start_early(runners.EchoRunner)
+    early = isolation._EARLY["echo-runtime"]
+    runner = IsolatedRunner(runners.EchoRunner, tmp_path / "m.onnx")
+    assert runner._worker is early and early.alive()
+    close_if_unused()
+    assert early.alive()  # a runner took it: it stays the runner's
+    runner.close()
+
+    close_if_unused = isolation.start_early(runners.EchoRunner)
+    unused = isolation._EARLY["echo-runtime"]
+    close_if_unused()
+    assert not unused.alive() and "echo-runtime" not in isolation._EARLY
+
+
+def test_a_load_sent_ahead_raises_its_error_where_the_runner_is_first_used(tmp_path):
+    runner = IsolatedRunner(runners.AbortingLoader, tmp_path / "m.onnx", wait=False)
+    with pytest.raises(RuntimeCrashed, match=r"crashed \(SIGABRT\) while loading m.onnx"):
+        runner.inputs
+    with pytest.raises(RuntimeCrashed, match="while loading m.onnx"):
+        runner.wait_loaded()
+
+
 def test_a_segfault_in_a_call_is_a_finding():
     with pytest.raises(RuntimeCrashed, match=r"^probe-runtime crashed \(SIGSEGV\) while probing$"):
         isolation.call(runners.segfault, runtime="probe-runtime", step="probing")
