@@ -206,7 +206,6 @@ def _export(run: Exported) -> None:
     request = ExportRequest(run.to, run.opset, run.exporter, run.axes, output_names=run.reference[0][0],
                             sample_inputs=run.feeds[0], quantize=run.quantize)
     result = run.route.export(run.source, request, run.staging.path, run.progress)
-    run.source.release()
     # Only a run that really exported and then failed removes the release at --out.
     run.cleanups.callback(_remove_stale_release, run.report, run.out, run.to)
     run.report.exporter = result.exporter
@@ -283,6 +282,7 @@ EXPORT_STEPS = (
          when=lambda run: run.verify and run.gelu_guard),
     Step("stage", _stage),
     Step("export", _export),
+    Step("release_source", lambda run: run.source.release()),  # only the artifact runs from here on
     Step("gelu_form", _gelu_form),
     Step("artifact_facts", _exported_artifact),
     Step("target_check", lambda run: _check_target(run, run.target), when=lambda run: run.target is not None),
@@ -405,6 +405,7 @@ VERIFY_STEPS = (
     Step("load_source", _verified_source, message=lambda run: f"loading {run.model}"),
     Step("reference", _reference, message=_reading_sources),
     Step("gelu_source", _capture_gelu, when=lambda run: run.gelu_guard),
+    Step("release_source", lambda run: run.source.release()),  # only the artifact runs from here on
     Step("load_artifact", lambda run: run.runner.wait_loaded()),  # what is left of the load
     Step("compare", _compare, timed=False),
     Step("gelu", _judge_gelu,

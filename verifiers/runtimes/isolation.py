@@ -163,7 +163,18 @@ class _Worker:
         return RuntimeCrashed(f"{self.runtime} exited (code {code}) while {step}, out of memory or killed "
                               f"(--memory-limit {LIMITS.get().memory_bytes() / 2**30:.3g} GiB)")
 
+    def dismiss(self) -> None:
+        """Tell an idle worker to exit, without waiting for it (the runtime freeing its memory
+        goes on beside whatever comes next); one with a request still running is closed."""
+        if self.pending:
+            self.close()
+            return
+        with contextlib.suppress(OSError):
+            self.conn.send(("close",))
+            self.conn.close()
+
     def close(self) -> None:
+        """Tell the worker to exit and wait for it; kill it when it does not within a second."""
         with contextlib.suppress(OSError):
             self.conn.send(("close",))
         try:
@@ -344,4 +355,4 @@ class IsolatedRunner(Runner):
     def __del__(self):
         worker = getattr(self, "_worker", None)
         if worker is not None and worker.alive():
-            worker.close()
+            worker.dismiss()
