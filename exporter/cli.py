@@ -37,6 +37,9 @@ RtolOption = Annotated[list[str], typer.Option(
 SeedOption = Annotated[int, typer.Option("--seed", help="Seed for the random verification batches.")]
 BatchesOption = Annotated[int, typer.Option("--batches", min=0, help="Random batches besides the example inputs.")]
 ReportOption = Annotated[Optional[Path], typer.Option("--report", help="Write the JSON report here.")]
+JunitOption = Annotated[Optional[Path], typer.Option(
+    "--junit", help="Write a JUnit XML report here: one test case per check (export, each output, each GELU "
+    "site, each target check), for CI test views.")]
 GeluGuardOption = Annotated[bool, typer.Option(
     "--no-gelu-guard", help="Do not check the GELU sites (the report records it). Without it, a source "
     "graph that cannot be read fails the run.")]
@@ -76,6 +79,11 @@ def _runtime_limits(timeout: float | None, memory_gib: float | None):
     from verifiers.runtimes import isolation
 
     return isolation.limits(timeout, int(memory_gib * 2**30) if memory_gib else None)
+
+
+def _reports(json_path: Path | None, junit_path: Path | None) -> dict[str, Path]:
+    """The report files asked for, by writer name (verifiers.writers)."""
+    return {name: path for name, path in (("json", json_path), ("junit", junit_path)) if path is not None}
 
 
 def _finish(report) -> None:
@@ -151,6 +159,7 @@ def export(
     timeout: TimeoutOption = None,
     memory_limit: MemoryOption = None,
     report: ReportOption = None,
+    junit: JunitOption = None,
 ) -> None:
     """Export MODEL, verify the artifact, and write it to --out only if it passes."""
     from exporter import api
@@ -160,7 +169,8 @@ def export(
             model, to=to, out=out, opset=opset, exporter=exporter, quantize=quantize, target=target, gelu=gelu,
             matrix=matrix, inputs=inputs, dynamic=dynamic, atol=atol,
             rtol=rtol, seed=seed, batches=batches, verify=not no_verify, gelu_guard=not no_gelu_guard,
-            allow_nonfinite=allow_nonfinite, trust_source=trust_source, report_path=report, progress=_progress,
+            allow_nonfinite=allow_nonfinite, trust_source=trust_source, reports=_reports(report, junit),
+            progress=_progress,
         )
     _finish(result)
 
@@ -183,6 +193,7 @@ def verify(
     timeout: TimeoutOption = None,
     memory_limit: MemoryOption = None,
     report: ReportOption = None,
+    junit: JunitOption = None,
 ) -> None:
     """Run ARTIFACT and its source model on the same inputs and compare every output."""
     from exporter import api
@@ -190,8 +201,7 @@ def verify(
     with _interruptible(), _runtime_limits(timeout, memory_limit):
         result = api.verify(artifact, source=source, runtime=runtime, inputs=inputs, atol=atol, rtol=rtol, seed=seed,
                             batches=batches, gelu_guard=not no_gelu_guard, allow_nonfinite=allow_nonfinite,
-                            trust_source=trust_source,
-                            report_path=report, progress=_progress)
+                            trust_source=trust_source, reports=_reports(report, junit), progress=_progress)
     _finish(result)
 
 
@@ -202,12 +212,13 @@ def check(
     matrix: MatrixOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     report: ReportOption = None,
+    junit: JunitOption = None,
 ) -> None:
     """List every incompatibility of ARTIFACT with a target: exit 4 when there is any, 0 when none."""
     from exporter import api
 
     with _interruptible():
-        result = api.check(artifact, target=target, matrix=matrix, report_path=report)
+        result = api.check(artifact, target=target, matrix=matrix, reports=_reports(report, junit))
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=2, default=str))
     _finish(result)

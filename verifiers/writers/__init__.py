@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 WRITERS: LazyRegistry[ModuleType] = LazyRegistry("report writer", {
     "json": "verifiers.writers.json_report",
+    "junit": "verifiers.writers.junit_report",
 })
 
 

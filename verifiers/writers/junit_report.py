@@ -1,0 +1,150 @@
+"""The JUnit XML report (written with junitparser), for CI systems that show test results: GitLab,
+Jenkins, GitHub Actions through a test-report action.
+
+One testsuite per job (for one command, the job is its artifact or model), one testcase per check,
+each with its one-line message on failure and its time:
+
+  classname "run"     the command itself: the export, the artifact's load, every finding no
+                      check below claims (bad input, a crashed runtime, an opset the exporter missed);
+                      the report's notes are its system-out
+  classname "output"  each output's comparison, and each output of the runtime's other variants
+                      ("builtin: logits"); failing with the comparison's message
+  classname "gelu"    each GELU site pair ("0:gelu -> 0:/act/Erf"): kept or declared pass, changed,
+                      removed and added fail, unused are skipped; a guard that could not read the
+                      source fails, a guard turned off is skipped
+  classname "target"  each incompatibility with --target, or one passing case for a compatible artifact
+
+The suite's properties give the verdict, exit code, artifact, hash and versions.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from xml.dom import minidom
+
+from verifiers.report import Finding, OutputResult, Report
+from verifiers.writers import atomic_write
+
+OPTION = "--junit"
+
+_GELU_FAILED = ("changed", "removed", "added")
+_OUTPUT_STEPS = ("run_artifact", "compare")
+_GELU_STEPS = ("gelu_source", "gelu", "gelu_sensitivity")
+_TARGET_STEPS = ("target_check",)
+
+
+def write(report: Report, path: Path) -> None:
+    write_suites([(job_name(report), report)], path)
+
+
+def write_suites(jobs: list[tuple[str, Report]], path: Path) -> None:
+    """One testsuite per (job name, report), in one file."""
+    from junitparser import JUnitXml
+
+    xml = JUnitXml("exportgate")
+    for name, report in jobs:
+        xml.add_testsuite(testsuite(name, report))
+    xml.update_statistics()
+    atomic_write(path, minidom.parseString(xml.tostring()).toprettyxml(indent="  ", encoding="utf-8").decode())
+
+
+def job_name(report: Report) -> str:
+    """A single command's job: the artifact it made or checked, else the model."""
+    return (report.artifact.path if report.artifact else None) or report.model or report.command
+
+
+def testsuite(name: str, report: Report):
+    from junitparser import TestSuite
+
+    suite = TestSuite(name)
+    for key, value in _properties(report).items():
+        suite.add_property(key, value)
+    placed: set[int] = set()
+    cases = [*_output_cases(report, placed), *_gelu_cases(report, placed), *_target_cases(report, placed)]
+    suite.add_testcase(_run_case(report, [f for f in report.failures if id(f) not in placed]))
+    for case in cases:
+        suite.add_testcase(case)
+    return suite
+
+
+def _case(classname: str, name: str, seconds: float, failures: list[Finding] = (), skipped: str | None = None):
+    from junitparser import Failure, Skipped, TestCase
+
+    case = TestCase(name, classname, round(seconds, 4))
+    if failures:
+        failure = Failure(failures[0].message, failures[0].kind)
+        failure.text = "\n".join(f"[{f.kind}] {f.message}" for f in failures)
+        case.result = [failure]
+    elif skipped is not None:
+        case.result = [Skipped(skipped)]
+    return case
+
+
+def _run_case(report: Report, unclaimed: list[Finding]):
+    claimed_steps = (*_OUTPUT_STEPS, *_GELU_STEPS, *_TARGET_STEPS)
+    seconds = sum(t for step, t in report.timings.items() if step not in claimed_steps)
+    case = _case("run", report.command, seconds, unclaimed)
+    if report.notes:
+        case.system_out = "\n".join(report.notes)
+    return case
+
+
+def _output_cases(report: Report, placed: set[int]):
+    runs: list[tuple[str, OutputResult]] = [("", o) for o in report.outputs]
+    runs += [(f"{variant}: ", o) for variant, outputs in report.variant_outputs.items() for o in outputs]
+    seconds = _share(report, _OUTPUT_STEPS, len(runs))
+    for prefix, result in runs:
+        variant = prefix[:-2]
+        found = [f for f in report.failures if f.kind == "numeric" and f.output == result.name
+                 and id(f) not in placed and f.message.startswith(f"({variant})") == bool(variant)]
+        placed.update(map(id, found))
+        if not found and not result.passed:
+            found = [Finding("numeric", f"output {result.name}: max abs err {result.max_abs_err:.3g} "
+                                        f"(atol {result.atol:g}, rtol {result.rtol:g})")]
+        yield _case("output", prefix + result.name, seconds, found)
+
+
+def _gelu_cases(report: Report, placed: set[int]):
+    guard = [f for f in report.failures if f.kind == "gelu_guard"]
+    placed.update(map(id, guard))
+    if guard or report.gelu_guard.startswith("off"):
+        yield _case("gelu", "GELU guard", _share(report, _GELU_STEPS, 1), guard, skipped=report.gelu_guard)
+    seconds = _share(report, _GELU_STEPS, len(report.gelu))
+    for entry in report.gelu:
+        name = f"{entry['source_site'] or '-'} -> {entry['site'] or '-'}"
+        if entry["status"] in _GELU_FAILED:
+            found = [f for f in report.failures if f.kind == "gelu" and f.message == entry["message"]]
+            placed.update(map(id, found))
+            yield _case("gelu", name, seconds, found or [Finding("gelu", entry["message"])])
+        else:
+            yield _case("gelu", name, seconds, skipped=entry["message"] if entry["status"] == "unused" else None)
+
+
+def _target_cases(report: Report, placed: set[int]):
+    if report.target is None:
+        return
+    found = [f for f in report.failures if "incompatibility" in f.data]
+    placed.update(map(id, found))
+    seconds = _share(report, _TARGET_STEPS, max(len(found), 1))
+    if not found:
+        yield _case("target", report.target, seconds)
+    for k, finding in enumerate(found):
+        yield _case("target", f"{report.target}: {finding.data['incompatibility']} {k + 1}", seconds, [finding])
+
+
+def _share(report: Report, steps: tuple[str, ...], count: int) -> float:
+    return sum(report.timings.get(step, 0.0) for step in steps) / max(count, 1)
+
+
+def _properties(report: Report) -> dict[str, str]:
+    facts = {
+        "verdict": report.verdict, "exit_code": report.exit_code, "command": report.command,
+        "model": report.model, "format": report.format, "opset": report.actual_opset,
+        "exporter": report.exporter, "runtime": report.runtime, "target": report.target,
+        "gelu_guard": report.gelu_guard,
+        "artifact": report.artifact.path if report.artifact else None,
+        "sha256": report.artifact.sha256 if report.artifact else None,
+        "rejected_artifact": report.rejected_artifact,
+        **{f"version {name}": version for name, version in report.versions.items()},
+    }
+    return {key: str(value) for key, value in facts.items() if value is not None}
