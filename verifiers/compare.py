@@ -114,6 +114,11 @@ def match_outputs(
     return [(i, i) for i in range(len(reference_names))]
 
 
+# Decades of the absolute error histogram each output result carries (verifiers.report.OutputResult).
+HISTOGRAM_LOG10_EDGES = tuple(range(-10, 3))
+_HISTOGRAM_EDGES = np.power(10.0, HISTOGRAM_LOG10_EDGES)
+
+
 def compare_outputs(
     reference_names: list[str],
     artifact_names: list[str],
@@ -155,6 +160,7 @@ def _compare_one(name, art_name, refs, arts, tolerances):
     nonfinite, nonfinite_message = _nonfinite(name, refs, arts, tolerances.allow_nonfinite)
     max_abs = max_rel = 0.0
     out_count = total = 0
+    counts = np.zeros(len(HISTOGRAM_LOG10_EDGES) + 1, dtype=np.int64)
     for ref, art in zip(refs, arts):
         ref64 = ref.astype(np.float64)
         art64 = art.astype(np.float64)
@@ -163,6 +169,7 @@ def _compare_one(name, art_name, refs, arts, tolerances):
         mag = np.abs(ref64[finite])
         total += ref.size
         out_count += int(np.count_nonzero(diff > tol.atol + tol.rtol * mag))
+        counts += np.bincount(np.searchsorted(_HISTOGRAM_EDGES, diff, side="right"), minlength=counts.size)
         if diff.size:
             max_abs = max(max_abs, float(diff.max()))
             # Relative error is meaningless where the reference is near zero: skip those elements.
@@ -174,6 +181,7 @@ def _compare_one(name, art_name, refs, arts, tolerances):
         shape=list(refs[0].shape), artifact_shape=list(arts[0].shape), max_abs_err=max_abs,
         max_rel_err=max_rel, frac_out_of_tol=out_count / total if total else 0.0,
         passed=passed, nonfinite=nonfinite, **base,
+        error_histogram={"log10_edges": list(HISTOGRAM_LOG10_EDGES), "counts": counts.tolist()},
     )
     if passed:
         return result, None

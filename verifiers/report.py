@@ -74,6 +74,9 @@ class OutputResult:
     artifact_name: str | None = None
     artifact_shape: list[int] | None = None
     nonfinite: dict[str, int] = field(default_factory=dict)
+    # How many elements' |artifact - source| fall in each decade: counts[0] below
+    # 10**log10_edges[0] (exact matches included), counts[k] from 10**edges[k-1], the last at or above 10**edges[-1].
+    error_histogram: dict[str, list] = field(default_factory=dict)
 
 
 @dataclass

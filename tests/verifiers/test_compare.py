@@ -30,6 +30,10 @@ def test_statistics_and_fraction_out_of_tolerance():
     assert result.max_rel_err == pytest.approx(0.25)  # the near-zero reference element is ignored
     assert result.frac_out_of_tol == 0.25 and not result.passed
     assert finding.kind == "numeric" and "max abs err 0.5" in finding.message
+    # Errors by decade: two exact matches, 1e-6 (float32: 9.5e-7, in [1e-7, 1e-6)), 0.5 in [0.1, 1).
+    edges, counts = result.error_histogram["log10_edges"], result.error_histogram["counts"]
+    assert len(counts) == len(edges) + 1 and sum(counts) == 4
+    assert counts[0] == 2 and counts[edges.index(-7) + 1] == 1 and counts[edges.index(-1) + 1] == 1
 
 
 def test_within_tolerance_passes():

@@ -48,6 +48,9 @@ def test_a_gelu_that_changed_fails_its_site_case_naming_both_flavours(tmp_path):
     assert len(failed) == len(fixture.changed_sites)
     for result in failed.values():
         assert result.type == "gelu" and "exact" in result.message and "tanh" in result.message
+    # What the changed site computed on the probes travels in the report, for plots.
+    [changed] = [g for g in report.gelu if g["status"] == "changed"]
+    assert len(changed["probes"]["x"]) == len(changed["probes"]["y"]) >= 20
     assert properties["verdict"] == "fail" and properties["exit_code"] == "3"
     assert suite.failures == len(failed)
     # The outputs passed: the report's note that only the guard saw it reaches the CI view.

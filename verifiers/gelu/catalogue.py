@@ -289,3 +289,4 @@ class SiteFlavour:
     note: str = ""
     scale: float = 1.0  # the site computes scale * flavour
     tail: str = ""  # what its tail probes got wrong (NaN, Inf, a wrong value), empty when nothing
+    samples: tuple[tuple[float, float], ...] = ()  # (x, y) it computed on the core probes (artifact sites)

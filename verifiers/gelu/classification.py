@@ -13,7 +13,7 @@ whether it is accounted for is the verdict's question.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -76,6 +76,7 @@ class Classification:
     note: str
     scale: float = 1.0  # the site computes scale * flavour
     tail: str = ""  # what went wrong in the tails ("NaN at x=-20"), empty when they hold
+    samples: tuple[tuple[float, float], ...] = ()  # (x, y) on the core probes, for plots
 
 
 def residuals(x: np.ndarray, y: np.ndarray, scale: float = 1.0) -> dict[str, float]:
@@ -143,13 +144,14 @@ def classify(x: np.ndarray, y: np.ndarray, tolerance: float = FLOAT32_TOLERANCE)
         raise ValueError(f"{y.size} outputs for {x.size} probe inputs")
     xf, yf = x.astype(np.float64), y.astype(np.float64)
     core = np.abs(xf) <= CORE_LIMIT
-    result = _classify_core(xf[core], yf[core], tolerance)
+    samples = tuple(zip(xf[core].tolist(), yf[core].tolist()))
+    result = replace(_classify_core(xf[core], yf[core], tolerance), samples=samples)
     if not core.all() and result.flavour != UNKNOWN:
         tail = check_tails(xf[~core], yf[~core], result.flavour, result.scale, y.dtype)
         if tail:
             return Classification(UNKNOWN, result.residuals, True,
                                   f"{result.flavour} on the core probes, but the tail is off: {tail}",
-                                  result.scale, tail)
+                                  result.scale, tail, samples)
     return result
 
 

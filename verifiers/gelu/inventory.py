@@ -28,9 +28,10 @@ def measured_flavour(print_: Fingerprint | TFLiteFingerprint) -> SiteFlavour:
     site, result = print_.site, print_.classification
     if result.confident:
         return SiteFlavour(site, result.flavour, result.flavour, result.residuals, True, result.note,
-                           result.scale, result.tail)
+                           result.scale, result.tail, result.samples)
     note = f"{print_.dtype} probes inconclusive ({result.note}); judged by structure: {site.claimed}"
-    return SiteFlavour(site, site.claimed, result.flavour, result.residuals, False, note, site.scale)
+    return SiteFlavour(site, site.claimed, result.flavour, result.residuals, False, note, site.scale,
+                       samples=result.samples)
 
 
 def in_graph_order(entries: list[SiteFlavour], order: dict[str, int]) -> list[SiteFlavour]:

@@ -77,6 +77,9 @@ class SiteVerdict:
             "source_scale": src.scale if src else None,
             "note": art.note if art else "",
             "message": self.message(),
+            # What the artifact's site computed on the core probes (non-finite values as None).
+            "probes": {"x": [x for x, _ in art.samples], "y": [y if math.isfinite(y) else None for _, y in art.samples]}
+            if art and art.samples else None,
         }
 
 
