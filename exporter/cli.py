@@ -40,6 +40,9 @@ ReportOption = Annotated[Optional[Path], typer.Option("--report", help="Write th
 JunitOption = Annotated[Optional[Path], typer.Option(
     "--junit", help="Write a JUnit XML report here: one test case per check (export, each output, each GELU "
     "site, each target check), for CI test views.")]
+HtmlOption = Annotated[Optional[Path], typer.Option(
+    "--html", help="Write an HTML report here: one self-contained page with the verdict, the error histogram "
+    "of each output and a plot of each GELU site against the flavours.")]
 GeluGuardOption = Annotated[bool, typer.Option(
     "--no-gelu-guard", help="Do not check the GELU sites (the report records it). Without it, a source "
     "graph that cannot be read fails the run.")]
@@ -81,9 +84,10 @@ def _runtime_limits(timeout: float | None, memory_gib: float | None):
     return isolation.limits(timeout, int(memory_gib * 2**30) if memory_gib else None)
 
 
-def _reports(json_path: Path | None, junit_path: Path | None) -> dict[str, Path]:
+def _reports(json_path: Path | None, junit_path: Path | None, html_path: Path | None) -> dict[str, Path]:
     """The report files asked for, by writer name (verifiers.writers)."""
-    return {name: path for name, path in (("json", json_path), ("junit", junit_path)) if path is not None}
+    paths = {"json": json_path, "junit": junit_path, "html": html_path}
+    return {name: path for name, path in paths.items() if path is not None}
 
 
 def _finish(report) -> None:
@@ -160,6 +164,7 @@ def export(
     memory_limit: MemoryOption = None,
     report: ReportOption = None,
     junit: JunitOption = None,
+    html: HtmlOption = None,
 ) -> None:
     """Export MODEL, verify the artifact, and write it to --out only if it passes."""
     from exporter import api
@@ -169,7 +174,7 @@ def export(
             model, to=to, out=out, opset=opset, exporter=exporter, quantize=quantize, target=target, gelu=gelu,
             matrix=matrix, inputs=inputs, dynamic=dynamic, atol=atol,
             rtol=rtol, seed=seed, batches=batches, verify=not no_verify, gelu_guard=not no_gelu_guard,
-            allow_nonfinite=allow_nonfinite, trust_source=trust_source, reports=_reports(report, junit),
+            allow_nonfinite=allow_nonfinite, trust_source=trust_source, reports=_reports(report, junit, html),
             progress=_progress,
         )
     _finish(result)
@@ -194,6 +199,7 @@ def verify(
     memory_limit: MemoryOption = None,
     report: ReportOption = None,
     junit: JunitOption = None,
+    html: HtmlOption = None,
 ) -> None:
     """Run ARTIFACT and its source model on the same inputs and compare every output."""
     from exporter import api
@@ -201,7 +207,7 @@ def verify(
     with _interruptible(), _runtime_limits(timeout, memory_limit):
         result = api.verify(artifact, source=source, runtime=runtime, inputs=inputs, atol=atol, rtol=rtol, seed=seed,
                             batches=batches, gelu_guard=not no_gelu_guard, allow_nonfinite=allow_nonfinite,
-                            trust_source=trust_source, reports=_reports(report, junit), progress=_progress)
+                            trust_source=trust_source, reports=_reports(report, junit, html), progress=_progress)
     _finish(result)
 
 
@@ -213,12 +219,13 @@ def check(
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     report: ReportOption = None,
     junit: JunitOption = None,
+    html: HtmlOption = None,
 ) -> None:
     """List every incompatibility of ARTIFACT with a target: exit 4 when there is any, 0 when none."""
     from exporter import api
 
     with _interruptible():
-        result = api.check(artifact, target=target, matrix=matrix, reports=_reports(report, junit))
+        result = api.check(artifact, target=target, matrix=matrix, reports=_reports(report, junit, html))
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=2, default=str))
     _finish(result)

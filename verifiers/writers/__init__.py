@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 WRITERS: LazyRegistry[ModuleType] = LazyRegistry("report writer", {
     "json": "verifiers.writers.json_report",
     "junit": "verifiers.writers.junit_report",
+    "html": "verifiers.writers.html_report",
 })
 
 
