@@ -18,6 +18,7 @@ from typing import Annotated, Optional
 import typer
 
 from verifiers.errors import ExportgateError, Terminated
+from verifiers.writers import job_name
 
 app = typer.Typer(
     name="exportgate",
@@ -40,6 +41,9 @@ ReportOption = Annotated[Optional[Path], typer.Option("--report", help="Write th
 JunitOption = Annotated[Optional[Path], typer.Option(
     "--junit", help="Write a JUnit XML report here: one test case per check (export, each output, each GELU "
     "site, each target check), for CI test views.")]
+SummaryOption = Annotated[Optional[Path], typer.Option(
+    "--summary", help="Write a Markdown summary here (verdict, the job, every failure). On GitHub Actions it is "
+    "also appended to $GITHUB_STEP_SUMMARY.")]
 HtmlOption = Annotated[Optional[Path], typer.Option(
     "--html", help="Write an HTML report here: one self-contained page with the verdict, the error histogram "
     "of each output and a plot of each GELU site against the flavours.")]
@@ -84,16 +88,43 @@ def _runtime_limits(timeout: float | None, memory_gib: float | None):
     return isolation.limits(timeout, int(memory_gib * 2**30) if memory_gib else None)
 
 
-def _reports(json_path: Path | None, junit_path: Path | None, html_path: Path | None) -> dict[str, Path]:
+def _reports(json_path: Path | None, junit_path: Path | None, html_path: Path | None,
+             summary_path: Path | None) -> dict[str, Path]:
     """The report files asked for, by writer name (verifiers.writers)."""
-    paths = {"json": json_path, "junit": junit_path, "html": html_path}
+    paths = {"json": json_path, "junit": junit_path, "html": html_path, "summary": summary_path}
     return {name: path for name, path in paths.items() if path is not None}
 
 
 def _finish(report) -> None:
     for line in report.summary_lines():
         typer.echo(line, err=True)
+    _tell_ci([(job_name(report), report)])
     raise typer.Exit(report.exit_code)
+
+
+def _tell_ci(jobs) -> None:
+    """On GitHub Actions: the Markdown summary appended to $GITHUB_STEP_SUMMARY, and one error
+    annotation per failure (workflow commands, which the runner reads from stderr too)."""
+    from verifiers.writers.markdown_summary import render
+
+    step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if step_summary:
+        try:
+            with open(step_summary, "a", encoding="utf-8") as fh:
+                fh.write(render(jobs))
+        except OSError as exc:
+            typer.echo(f"exportgate: could not append to $GITHUB_STEP_SUMMARY ({step_summary}): {exc}", err=True)
+    if os.environ.get("GITHUB_ACTIONS") == "true":
+        for name, report in jobs:
+            for finding in report.failures:
+                title = _workflow_escape(f"exportgate {finding.kind}: {name}", extra=":,")
+                typer.echo(f"::error title={title}::{_workflow_escape(finding.message)}", err=True)
+
+
+def _workflow_escape(text: str, extra: str = "") -> str:
+    """Escape for a GitHub workflow command: % and line breaks always, : and , in a property."""
+    text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return "".join({":": "%3A", ",": "%2C"}.get(c, c) if c in extra else c for c in text)
 
 
 def _version(value: bool) -> None:
@@ -165,6 +196,7 @@ def export(
     report: ReportOption = None,
     junit: JunitOption = None,
     html: HtmlOption = None,
+    summary: SummaryOption = None,
 ) -> None:
     """Export MODEL, verify the artifact, and write it to --out only if it passes."""
     from exporter import api
@@ -174,7 +206,7 @@ def export(
             model, to=to, out=out, opset=opset, exporter=exporter, quantize=quantize, target=target, gelu=gelu,
             matrix=matrix, inputs=inputs, dynamic=dynamic, atol=atol,
             rtol=rtol, seed=seed, batches=batches, verify=not no_verify, gelu_guard=not no_gelu_guard,
-            allow_nonfinite=allow_nonfinite, trust_source=trust_source, reports=_reports(report, junit, html),
+            allow_nonfinite=allow_nonfinite, trust_source=trust_source, reports=_reports(report, junit, html, summary),
             progress=_progress,
         )
     _finish(result)
@@ -200,6 +232,7 @@ def verify(
     report: ReportOption = None,
     junit: JunitOption = None,
     html: HtmlOption = None,
+    summary: SummaryOption = None,
 ) -> None:
     """Run ARTIFACT and its source model on the same inputs and compare every output."""
     from exporter import api
@@ -207,7 +240,7 @@ def verify(
     with _interruptible(), _runtime_limits(timeout, memory_limit):
         result = api.verify(artifact, source=source, runtime=runtime, inputs=inputs, atol=atol, rtol=rtol, seed=seed,
                             batches=batches, gelu_guard=not no_gelu_guard, allow_nonfinite=allow_nonfinite,
-                            trust_source=trust_source, reports=_reports(report, junit, html), progress=_progress)
+                            trust_source=trust_source, reports=_reports(report, junit, html, summary), progress=_progress)
     _finish(result)
 
 
@@ -220,12 +253,13 @@ def check(
     report: ReportOption = None,
     junit: JunitOption = None,
     html: HtmlOption = None,
+    summary: SummaryOption = None,
 ) -> None:
     """List every incompatibility of ARTIFACT with a target: exit 4 when there is any, 0 when none."""
     from exporter import api
 
     with _interruptible():
-        result = api.check(artifact, target=target, matrix=matrix, reports=_reports(report, junit, html))
+        result = api.check(artifact, target=target, matrix=matrix, reports=_reports(report, junit, html, summary))
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=2, default=str))
     _finish(result)

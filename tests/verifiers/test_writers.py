@@ -35,7 +35,7 @@ def test_every_writer_asked_for_writes_the_same_report(tmp_path, text_writer):
 
 
 def test_an_unknown_writer_or_an_unwritable_file_is_one_line(tmp_path):
-    with pytest.raises(BadInput, match=r"unknown report writer \(known: json, junit, html\)"):
+    with pytest.raises(BadInput, match=r"unknown report writer \(known: json, junit, html, summary\)"):
         write_reports(Report(command="check"), {"pdf": tmp_path / "r.pdf"})
     (tmp_path / "folder").mkdir()
     with pytest.raises(BadInput, match=r"^--report .*folder: is a folder; give a file path$"):

@@ -22,7 +22,13 @@ WRITERS: LazyRegistry[ModuleType] = LazyRegistry("report writer", {
     "json": "verifiers.writers.json_report",
     "junit": "verifiers.writers.junit_report",
     "html": "verifiers.writers.html_report",
+    "summary": "verifiers.writers.markdown_summary",
 })
+
+
+def job_name(report: "Report") -> str:
+    """The job a single command's report is about: the artifact it made or checked, else the model."""
+    return (report.artifact.path if report.artifact else None) or report.model or report.command
 
 
 def option_of(name: str) -> str:

@@ -20,8 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from verifiers.report import OutputResult, Report
-from verifiers.writers import atomic_write
-from verifiers.writers.junit_report import job_name
+from verifiers.writers import atomic_write, job_name
 
 OPTION = "--html"
 

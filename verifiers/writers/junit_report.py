@@ -23,7 +23,7 @@ from pathlib import Path
 from xml.dom import minidom
 
 from verifiers.report import Finding, OutputResult, Report
-from verifiers.writers import atomic_write
+from verifiers.writers import atomic_write, job_name
 
 OPTION = "--junit"
 
@@ -46,11 +46,6 @@ def write_suites(jobs: list[tuple[str, Report]], path: Path) -> None:
         xml.add_testsuite(testsuite(name, report))
     xml.update_statistics()
     atomic_write(path, minidom.parseString(xml.tostring()).toprettyxml(indent="  ", encoding="utf-8").decode())
-
-
-def job_name(report: Report) -> str:
-    """A single command's job: the artifact it made or checked, else the model."""
-    return (report.artifact.path if report.artifact else None) or report.model or report.command
 
 
 def testsuite(name: str, report: Report):

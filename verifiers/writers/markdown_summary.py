@@ -1,0 +1,39 @@
+"""The Markdown summary: the verdict, a table of the jobs and every failure, short enough for a CI
+job page (GitHub Actions shows it from $GITHUB_STEP_SUMMARY, which the CLI appends it to)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from verifiers.report import Report
+from verifiers.writers import atomic_write, job_name
+
+OPTION = "--summary"
+
+
+def write(report: Report, path: Path) -> None:
+    atomic_write(path, render([(job_name(report), report)]))
+
+
+def render(jobs: list[tuple[str, Report]]) -> str:
+    failed = [(name, report) for name, report in jobs if report.exit_code != 0]
+    verdict = "FAIL" if failed else "PASS"
+    lines = [f"### exportgate: {verdict}", "",
+             f"{len(jobs) - len(failed)} of {len(jobs)} job(s) pass.", "",
+             "| job | verdict | exit | format | opset | GELU sites | max abs err |",
+             "|---|---|---|---|---|---|---|"]
+    for name, report in jobs:
+        changed = sum(g["status"] in ("changed", "removed", "added") for g in report.gelu)
+        gelu = f"{len(report.gelu) - changed} kept, {changed} changed" if report.gelu else report.gelu_guard
+        worst = max((o.max_abs_err or 0.0 for o in report.outputs), default=None)
+        lines.append(f"| {_cell(name)} | {'✅ pass' if report.exit_code == 0 else '❌ fail'} | {report.exit_code} "
+                     f"| {report.format or ''} | {report.actual_opset or ''} | {gelu} "
+                     f"| {'' if worst is None else f'{worst:.3g}'} |")
+    for name, report in failed:
+        lines += ["", f"**{_cell(name)}**", ""]
+        lines += [f"- `{finding.kind}`: {_cell(finding.message)}" for finding in report.failures]
+    return "\n".join(lines) + "\n"
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
