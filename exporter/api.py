@@ -172,8 +172,6 @@ def _export_options(run: Exported) -> None:
         run.report.target = run.target.name
         if run.target.max_opset is not None:
             run.opset = run.report.requested_opset = _opset_for(run.target, run.opset)
-    if run.verify:
-        run.cleanups.callback(start_early(runtime_for(run.to)))
 
 
 def _load_source(run: Exported) -> None:
@@ -276,6 +274,8 @@ def _publish(run: Exported) -> None:
 
 EXPORT_STEPS = (
     Step("options", _export_options),
+    Step("start_runtime", lambda run: run.cleanups.callback(start_early(runtime_for(run.to))),
+         when=lambda run: run.verify),
     Step("load_source", _load_source, message=lambda run: f"loading {run.model}"),
     Step("reference", _reference, message=_reading_sources),
     Step("gelu_source", _capture_gelu, message=lambda run: "reading the GELU sites of the source",
@@ -336,6 +336,16 @@ def export(
                    allow_nonfinite=allow_nonfinite, trust_source=trust_source,
                    reports=_reports(report_path, reports))
     return run_steps(report, EXPORT_STEPS, run, progress, run.reports)
+
+
+def check_export_options(model: str, **options: Any) -> None:
+    """Every check `export(model, **options)` makes of its options before the model loads (BadInput,
+    Incompatible, naming the option), without loading, running or writing anything."""
+    report = Report(command="export")
+    run = Exported(report, silent, model=model, to=options.pop("to"), out=Path(options.pop("out")),
+                   target_name=options.pop("target", None),
+                   reports=_reports(options.pop("report_path", None), options.pop("reports", None)), **options)
+    _export_options(run)
 
 
 def _remove_stale_release(report: Report, out: Path, fmt: str) -> None:

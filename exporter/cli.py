@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Optional
@@ -263,6 +264,136 @@ def check(
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=2, default=str))
     _finish(result)
+
+
+ConfigArgument = Annotated[Optional[Path], typer.Argument(
+    help="The config: exportgate.toml (default), or a pyproject.toml with [tool.exportgate].")]
+
+
+@app.command()
+def run(
+    config: ConfigArgument = None,
+    out_dir: Annotated[Optional[Path], typer.Option(
+        "--out-dir", help="Where each job's folder goes (OUT_DIR/MODEL/ARTIFACT). Default: the config's "
+        "out_dir, else exportgate-out.")] = None,
+    jobs: Annotated[Optional[int], typer.Option("--jobs", min=1, help="Jobs at a time. Default: the cores.")] = None,
+    only: Annotated[list[str], typer.Option("--only", help="Run this job (MODEL/ARTIFACT). Repeatable.")] = [],
+    shard: Annotated[Optional[str], typer.Option(
+        "--shard", help="Run slice I of N (1-based) of the jobs, e.g. 2/4.")] = None,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Export every job, cached or not.")] = False,
+    cache_dir: Annotated[Optional[Path], typer.Option(
+        "--cache-dir", help="The cache of job results. Default: $XDG_CACHE_HOME/exportgate.")] = None,
+    job_timeout: Annotated[Optional[float], typer.Option(
+        "--job-timeout", min=0.001, help="Seconds a job may take; past them it fails.")] = None,
+    timeout: TimeoutOption = None,
+    memory_limit: MemoryOption = None,
+    report: ReportOption = None,
+    junit: JunitOption = None,
+    html: HtmlOption = None,
+    summary: SummaryOption = None,
+    quiet: Annotated[bool, typer.Option("--quiet", help="No progress, only the final lines.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the combined report as JSON on stdout.")] = False,
+) -> None:
+    """Run a config's jobs (models x artifacts), each exported and verified in a worker process."""
+    from exporter import runs
+
+    with _interruptible(), _job_progress(quiet) as progress:
+        result = runs.run(config, out_dir=out_dir, workers=jobs, only=only, shard=shard, cache=not no_cache,
+                          cache_dir=cache_dir, job_timeout=job_timeout, timeout=timeout, memory_limit=memory_limit,
+                          reports=_reports(report, junit, html, summary), progress=progress)
+    _finish_jobs(result, as_json, f"job folders in {result.out_dir}", {"--report": report, "--junit": junit,
+                                                                       "--html": html, "--summary": summary})
+
+
+@app.command()
+def plan(
+    config: ConfigArgument = None,
+    fmt: Annotated[str, typer.Option(
+        "--format", help="json (the job ids), github (strategy.matrix: {include: [{job}]}) or gitlab "
+        "(parallel:matrix with EXPORTGATE_JOB).")] = "json",
+) -> None:
+    """Print the config's job matrix as JSON, for a CI system to fan the jobs out."""
+    from exporter import runs
+
+    typer.echo(json.dumps(runs.plan(config, fmt)))
+
+
+@app.command()
+def merge(
+    folders: Annotated[list[Path], typer.Argument(help="Output folders of runs or shards (each holds "
+                                                       "MODEL/ARTIFACT/report.json).")],
+    report: ReportOption = None,
+    junit: JunitOption = None,
+    html: HtmlOption = None,
+    summary: SummaryOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the combined report as JSON on stdout.")] = False,
+) -> None:
+    """Join the job reports of several runs (CI jobs) into one, with the combined exit code."""
+    from exporter import runs
+
+    with _interruptible():
+        result = runs.merge(folders, reports=_reports(report, junit, html, summary))
+    _finish_jobs(result, as_json, f"{len(result.jobs)} job report(s) from {len(folders)} folder(s)",
+                 {"--report": report, "--junit": junit, "--html": html, "--summary": summary})
+
+
+def _finish_jobs(result, as_json: bool, where: str, written: dict) -> None:
+    if as_json:
+        from verifiers.report import combined_exit_code
+
+        code = combined_exit_code(r.exit_code for _, r in result.jobs)
+        typer.echo(json.dumps({"verdict": "pass" if code == 0 else "fail", "exit_code": code,
+                               "jobs": [{"job": name, **r.to_dict()} for name, r in result.jobs]},
+                              indent=2, default=str))
+    for line in result.summary_lines():
+        typer.echo(line, err=True)
+    files = ", ".join(f"{option} {path}" for option, path in written.items() if path is not None)
+    typer.echo(f"{where}" + (f"; reports: {files}" if files else ""), err=True)
+    _tell_ci(result.jobs)
+    raise typer.Exit(result.exit_code)
+
+
+@contextlib.contextmanager
+def _job_progress(quiet: bool) -> Iterator:
+    """What a run's jobs are doing: on a terminal a live table (rich: each running job's step and
+    time, and a bar of the jobs done), else one timestamped line per step; nothing with --quiet."""
+    if quiet:
+        yield lambda job, message: None
+        return
+    if not sys.stderr.isatty():
+        import datetime
+
+        lock = threading.Lock()
+
+        def line(job: str, message: str) -> None:
+            with lock:
+                stamp = datetime.datetime.now().strftime("%H:%M:%S")
+                typer.echo(f"{stamp} {job}: {message}", err=True)
+
+        yield line
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    done_words = ("pass (exit", "fail (exit", "reused from the cache")
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=Console(stderr=True), transient=False) as bar:
+        overall = bar.add_task("jobs", total=None)
+        rows: dict[str, int] = {}
+        finished = 0
+
+        def update(job: str, message: str) -> None:
+            nonlocal finished
+            if job not in rows:
+                rows[job] = bar.add_task(f"{job}: {message}", total=1)
+                bar.update(overall, total=len(rows))
+            bar.update(rows[job], description=f"{job}: {message}")
+            if message.startswith(done_words):
+                bar.update(rows[job], completed=1)
+                finished += 1
+                bar.update(overall, completed=finished)
+
+        yield update
 
 
 @app.command()

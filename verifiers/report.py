@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from importlib import metadata
 from typing import Any
 
@@ -98,6 +98,22 @@ def library_versions() -> dict[str, str]:
     return versions
 
 
+def _dataclass(cls, data: dict[str, Any] | None):
+    if data is None:
+        return None
+    names = {f.name for f in fields(cls)}
+    return cls(**{key: value for key, value in data.items() if key in names})
+
+
+EXIT_PRECEDENCE = tuple(dict.fromkeys(EXIT_CODES.values()))  # 130, 143, 2, 4, 3, 1: the first present wins
+
+
+def combined_exit_code(codes) -> int:
+    """The exit code of several runs, as of one run's several findings: the most severe."""
+    present = set(codes)
+    return next((code for code in EXIT_PRECEDENCE if code in present), 0)
+
+
 @dataclass
 class Report:
     command: str
@@ -127,6 +143,8 @@ class Report:
     batches: int | None = None  # random batches
     example_batch: bool = False  # whether the source's example inputs ran too
     rejected_artifact: str | None = None
+    # A job of `exportgate run` restored from the cache: {"key": its digest, "made": when the result was made}.
+    reused: dict[str, str] | None = None
     versions: dict[str, str] = field(default_factory=library_versions)
 
     @contextlib.contextmanager
@@ -157,6 +175,19 @@ class Report:
     def to_dict(self) -> dict[str, Any]:
         body = asdict(self)
         return {"verdict": self.verdict, "exit_code": self.exit_code, **body}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Report:
+        """The report `to_dict` gave (read back from a JSON report); unknown keys are ignored, so a
+        report written by another exportgate version reads as far as the fields agree."""
+        names = {f.name for f in fields(cls)}
+        body = {key: value for key, value in data.items() if key in names}
+        body["artifact"] = _dataclass(ArtifactInfo, body.get("artifact"))
+        body["outputs"] = [_dataclass(OutputResult, o) for o in body.get("outputs") or []]
+        body["variant_outputs"] = {variant: [_dataclass(OutputResult, o) for o in outputs]
+                                   for variant, outputs in (body.get("variant_outputs") or {}).items()}
+        body["failures"] = [_dataclass(Finding, f) for f in body.get("failures") or []]
+        return cls(**body)
 
     def summary_lines(self) -> list[str]:
         """A short human summary: the verdict first, then one line per failure. Bad input or

@@ -1,7 +1,8 @@
 """Report writers, found by name in a lazy registry: each writes a Report to a file.
 
-A writer is a module with `write(report, path)`, which writes atomically (a reader never sees
-half a report), and `OPTION`, the command-line option that asks for it (named in errors). A new
+A writer is a module with `write(report, path)` and `write_jobs([(job name, report), ...], path)`
+(`exportgate run` and `merge`), which write atomically (a reader never sees half a report), and
+`OPTION`, the command-line option that asks for it (named in errors). A new
 writer is that module and one line in WRITERS; the API takes it as `reports={name: path}`.
 """
 
@@ -45,11 +46,20 @@ def check_reports(paths: dict[str, Path]) -> None:
 def write_reports(report: "Report", paths: dict[str, Path]) -> None:
     """Write the report with every writer asked for (writer name -> path); BadInput naming the
     option when a file cannot be written."""
+    _write_each(paths, lambda writer, path: writer.write(report, path))
+
+
+def write_job_reports(jobs: list[tuple[str, "Report"]], paths: dict[str, Path]) -> None:
+    """Write several jobs' reports (job name, report) into one file per writer asked for."""
+    _write_each(paths, lambda writer, path: writer.write_jobs(jobs, path))
+
+
+def _write_each(paths: dict[str, Path], write) -> None:
     for name, path in paths.items():
         option = option_of(name)
         check_writable(path, option)
         try:
-            WRITERS[name].write(report, Path(path))
+            write(WRITERS[name], Path(path))
         except OSError as exc:
             raise BadInput(f"{option} {path}: cannot write it: {one_line(exc)}") from exc
 

@@ -1,4 +1,5 @@
-"""The JSON report: every field of the Report, with its verdict and exit code first."""
+"""The JSON report: every field of the Report, with its verdict and exit code first (for several
+jobs: their combined verdict and exit code, then each job's report)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from verifiers.report import Report
+from verifiers.report import Report, combined_exit_code
 from verifiers.writers import atomic_write
 
 OPTION = "--report"
@@ -14,6 +15,14 @@ OPTION = "--report"
 
 def write(report: Report, path: Path) -> None:
     atomic_write(path, json.dumps(report.to_dict(), indent=2, default=_json_default) + "\n")
+
+
+def write_jobs(jobs: list[tuple[str, Report]], path: Path) -> None:
+    """Several jobs' reports in one: the combined verdict and exit code, then each job's report."""
+    code = combined_exit_code(report.exit_code for _, report in jobs)
+    body = {"verdict": "pass" if code == 0 else "fail", "exit_code": code,
+            "jobs": [{"job": name, **report.to_dict()} for name, report in jobs]}
+    atomic_write(path, json.dumps(body, indent=2, default=_json_default) + "\n")
 
 
 def _json_default(value: Any) -> Any:

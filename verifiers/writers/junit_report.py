@@ -34,10 +34,10 @@ _TARGET_STEPS = ("target_check",)
 
 
 def write(report: Report, path: Path) -> None:
-    write_suites([(job_name(report), report)], path)
+    write_jobs([(job_name(report), report)], path)
 
 
-def write_suites(jobs: list[tuple[str, Report]], path: Path) -> None:
+def write_jobs(jobs: list[tuple[str, Report]], path: Path) -> None:
     """One testsuite per (job name, report), in one file."""
     from junitparser import JUnitXml
 

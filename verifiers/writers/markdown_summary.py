@@ -12,7 +12,11 @@ OPTION = "--summary"
 
 
 def write(report: Report, path: Path) -> None:
-    atomic_write(path, render([(job_name(report), report)]))
+    write_jobs([(job_name(report), report)], path)
+
+
+def write_jobs(jobs: list[tuple[str, Report]], path: Path) -> None:
+    atomic_write(path, render(jobs))
 
 
 def render(jobs: list[tuple[str, Report]]) -> str:

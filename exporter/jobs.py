@@ -1,0 +1,268 @@
+"""Running a config's jobs: a slice of them (--only, --shard), each an `exportgate export` in a worker
+process of its own, into its own folder, or reused from a content-addressed cache.
+
+    OUT_DIR/bert/onnx17/bert.onnx      the artifact (published only when the job passes)
+    OUT_DIR/bert/onnx17/report.json    the job's report (read back by `merge`)
+    OUT_DIR/bert/onnx17/log.txt        what the job printed
+
+A job's crash or timeout is that job's failure (a report says so), not the run's. A job whose
+inputs did not change (its options, the model's files, the target matrix, exportgate's and the
+frameworks' versions) is restored from the cache instead of exported again; its report says it
+was reused and when the reused result was made. Only results that say something about the
+artifact are kept (a pass, or outputs, GELU or target that fail), not bad input, crashes or
+interrupts, which may not happen again.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from exporter.config import Job, files_digest
+from verifiers.errors import BadInput
+from verifiers.report import Report, library_versions
+
+REPORT_FILE = "report.json"
+LOG_FILE = "log.txt"
+# Findings that say something about the artifact, the same again for the same inputs: cacheable.
+_CACHEABLE_KINDS = {"numeric", "gelu", "gelu_guard", "opset", "target"}
+JobProgress = Callable[[str, str], None]  # (job id, what it is doing)
+
+
+@dataclass
+class JobResult:
+    job: Job
+    report: Report
+    folder: Path
+    seconds: float
+    reused: bool = False
+
+
+def select(jobs: list[Job], only: list[str] = (), shard: str | None = None) -> list[Job]:
+    """The jobs named by --only, or shard I of N (1-based; jobs dealt round-robin in id order)."""
+    if only:
+        known = {job.id: job for job in jobs}
+        unknown = [name for name in only if name not in known]
+        if unknown:
+            raise BadInput(f"--only {unknown[0]}: no such job (jobs: {', '.join(known)})")
+        return [known[name] for name in dict.fromkeys(only)]
+    if shard is None:
+        return list(jobs)
+    index, _, count = shard.partition("/")
+    if not (index.isdigit() and count.isdigit() and 1 <= int(index) <= int(count)):
+        raise BadInput(f"--shard {shard!r}: expected I/N with 1 <= I <= N, e.g. 1/2")
+    return [job for k, job in enumerate(jobs) if k % int(count) == int(index) - 1]
+
+
+def job_folder(out_dir: Path, job: Job) -> Path:
+    return Path(out_dir) / job.id
+
+
+class JobCache:
+    """Job results by the digest of everything they depend on, one folder each."""
+
+    def __init__(self, folder: Path):
+        self.folder = Path(folder)
+
+    def key(self, job: Job, limits: dict) -> str:
+        inputs = {
+            "job": job.id, "model": job.model, "options": job.options, "limits": limits,
+            "files": files_digest(job.files),
+            "matrix": files_digest((job.matrix,)) if job.matrix else None,
+            "versions": library_versions(), "python": sys.version,
+        }
+        return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
+
+    def restore(self, key: str, folder: Path) -> Report | None:
+        """The cached result put in `folder` (which it replaces whole), its report saying so; None
+        when there is none."""
+        entry = self.folder / key
+        meta = entry / "cache.json"
+        if not meta.is_file():
+            return None
+        made = json.loads(meta.read_text())["made"]
+        report = Report.from_dict(json.loads((entry / REPORT_FILE).read_text()))
+        report.reused = {"key": key, "made": made}
+        report.notes.append(f"reused from the cache: the inputs are those of a run made {made} (key {key[:12]})")
+        _relocate(report, folder)
+        staged = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".restore", dir=_parent(folder)))
+        for item in entry.iterdir():
+            if item.name != "cache.json":
+                shutil.copy2(item, staged / item.name)
+        (staged / REPORT_FILE).write_text(json.dumps(report.to_dict(), indent=2, default=str) + "\n")
+        _replace_folder(staged, folder)
+        return report
+
+    def store(self, key: str, folder: Path, report: Report) -> None:
+        if not report_is_cacheable(report):
+            return
+        self.folder.mkdir(parents=True, exist_ok=True)
+        staged = Path(tempfile.mkdtemp(prefix=f".{key[:12]}.", dir=self.folder))
+        for item in folder.iterdir():
+            if item.is_file():
+                shutil.copy2(item, staged / item.name)
+        made = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        (staged / "cache.json").write_text(json.dumps({"made": made, "job": report.model}) + "\n")
+        try:
+            os.replace(staged, self.folder / key)
+        except OSError:  # another run stored the same key meanwhile: theirs stands
+            shutil.rmtree(staged, ignore_errors=True)
+
+
+def report_is_cacheable(report: Report) -> bool:
+    return report.reused is None and all(f.kind in _CACHEABLE_KINDS for f in report.failures)
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "exportgate"
+
+
+def run_jobs(jobs: list[Job], out_dir: Path, workers: int, cache: JobCache | None,
+             progress: JobProgress, timeout: float | None = None, limits: dict | None = None) -> list[JobResult]:
+    """Every job, `workers` at a time, results in the order of `jobs`."""
+    limits = limits or {}
+    with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="exportgate-job") as pool:
+        futures = [pool.submit(_run_one, job, Path(out_dir), cache, progress, timeout, limits) for job in jobs]
+        try:
+            return [future.result() for future in futures]
+        except KeyboardInterrupt:
+            for future in futures:
+                future.cancel()
+            _interrupt_children()
+            raise
+
+
+def _run_one(job: Job, out_dir: Path, cache: JobCache | None, progress: JobProgress, timeout: float | None,
+             limits: dict) -> JobResult:
+    folder = job_folder(out_dir, job)
+    start = time.monotonic()
+    key = cache.key(job, limits) if cache is not None else None
+    if cache is not None:
+        report = cache.restore(key, folder)
+        if report is not None:
+            progress(job.id, f"reused from the cache ({report.reused['made']})")
+            return JobResult(job, report, folder, time.monotonic() - start, reused=True)
+    progress(job.id, "starting")
+    report = _export(job, folder, progress, timeout, limits)
+    if cache is not None:
+        cache.store(key, folder, report)
+    progress(job.id, f"{report.verdict} (exit {report.exit_code})")
+    return JobResult(job, report, folder, time.monotonic() - start)
+
+
+_CHILDREN: set[subprocess.Popen] = set()
+_CHILDREN_LOCK = threading.Lock()
+
+
+def _interrupt_children() -> None:
+    with _CHILDREN_LOCK:
+        for child in _CHILDREN:
+            if child.poll() is None:
+                child.send_signal(signal.SIGINT)
+
+
+def export_arguments(job: Job, out: Path, report: Path, limits: dict) -> list[str]:
+    """The `exportgate export` command line of a job."""
+    options = job.options
+    args = ["export", job.model, "--to", options["to"], "--out", str(out), "--report", str(report)]
+    for key, flag in (("opset", "--opset"), ("target", "--target"), ("gelu", "--gelu"), ("quantize", "--quantize"),
+                      ("exporter", "--exporter"), ("seed", "--seed"), ("batches", "--batches")):
+        if key in options:
+            args += [flag, str(options[key])]
+    for key, flag in (("dynamic", "--dynamic"), ("inputs", "--input"), ("atol", "--atol"), ("rtol", "--rtol")):
+        for value in options.get(key, []):
+            args += [flag, value]
+    if options.get("gelu_guard") is False:
+        args.append("--no-gelu-guard")
+    for key, flag in (("allow_nonfinite", "--allow-nonfinite"), ("trust_source", "--trust-source")):
+        if options.get(key):
+            args.append(flag)
+    if job.matrix is not None:
+        args += ["--matrix", str(job.matrix)]
+    for key, flag in (("timeout", "--timeout"), ("memory_limit", "--memory-limit")):
+        if limits.get(key) is not None:
+            args += [flag, str(limits[key])]
+    return args
+
+
+def _export(job: Job, folder: Path, progress: JobProgress, timeout: float | None, limits: dict) -> Report:
+    """`exportgate export` of the job in a worker interpreter; a report of its crash or timeout when
+    it wrote none."""
+    folder.mkdir(parents=True, exist_ok=True)
+    report_path = folder / REPORT_FILE
+    report_path.unlink(missing_ok=True)
+    command = [sys.executable, "-c", "from exporter.cli import main; main()",
+               *export_arguments(job, folder / job.artifact_name(), report_path, limits)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    env.pop("GITHUB_STEP_SUMMARY", None)  # the run writes one summary for all its jobs
+    env.pop("GITHUB_ACTIONS", None)
+    with open(folder / LOG_FILE, "w", encoding="utf-8") as log:
+        child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.PIPE, text=True,
+                                 env=env)
+        with _CHILDREN_LOCK:
+            _CHILDREN.add(child)
+        timer = threading.Timer(timeout, child.kill) if timeout else None
+        if timer:
+            timer.start()
+        try:
+            for line in child.stderr:
+                log.write(line)
+                if line.startswith("exportgate: "):
+                    progress(job.id, line.removeprefix("exportgate: ").strip())
+            code = child.wait()
+        finally:
+            if timer:
+                timer.cancel()
+            with _CHILDREN_LOCK:
+                _CHILDREN.discard(child)
+    if report_path.is_file():
+        return Report.from_dict(json.loads(report_path.read_text()))
+    report = Report(command="export", model=job.model, format=job.options["to"])
+    if code < 0 and timeout and code == -signal.SIGKILL:
+        report.fail("runtime", f"job {job.id} did not finish within {timeout:g} s (--job-timeout)")
+    elif code < 0:
+        report.fail("runtime", f"job {job.id} crashed ({signal.Signals(-code).name}); see {folder / LOG_FILE}")
+    else:
+        report.fail("internal", f"job {job.id} exited {code} without a report; see {folder / LOG_FILE}")
+    report_path.write_text(json.dumps(report.to_dict(), indent=2, default=str) + "\n")
+    return report
+
+
+def _relocate(report: Report, folder: Path) -> None:
+    """Point a restored report's paths at the folder it now lives in."""
+    if report.artifact is not None:
+        report.artifact.path = str(folder / Path(report.artifact.path).name)
+        for data in report.artifact.data_files:
+            data["path"] = str(folder / Path(data["path"]).name)
+    if report.rejected_artifact:
+        report.rejected_artifact = str(folder / Path(report.rejected_artifact).name)
+
+
+def _parent(folder: Path) -> Path:
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    return folder.parent
+
+
+def _replace_folder(staged: Path, folder: Path) -> None:
+    """Put `staged` where `folder` is, whole: the old folder is moved aside first, then removed."""
+    old = None
+    if folder.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".old", dir=folder.parent))
+        os.replace(folder, old / folder.name)
+    os.replace(staged, folder)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)

@@ -1,0 +1,100 @@
+"""The CI examples run on this machine the way the CI systems run them: the commands of
+examples/ci/github-actions.yml (plan, one export job per matrix entry on a fresh copy, merge of
+the uploaded folders) and of examples/ci/gitlab-ci.yml (parallel shards, merge) give the same
+merged report as one local `exportgate run`."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from junitparser import JUnitXml
+
+from tests.conftest import REPO
+
+EXAMPLES = REPO / "examples"
+
+
+def checkout(root: Path) -> Path:
+    """A fresh runner's copy of the example pipeline; returns its working directory."""
+    (root / "examples").mkdir(parents=True)
+    shutil.copytree(EXAMPLES / "ci", root / "examples/ci")
+    shutil.copy(EXAMPLES / "mlp.py", root / "examples/mlp.py")
+    return root / "examples/ci"
+
+
+def shell(command: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    environment = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+                   "PYTHONPATH": str(REPO), "XDG_CACHE_HOME": str(cwd / ".cache"), **env}
+    environment.pop("GITHUB_ACTIONS", None)
+    environment.pop("GITHUB_STEP_SUMMARY", None)
+    return subprocess.run(["bash", "-c", command], cwd=cwd, env=environment, capture_output=True, text=True,
+                          timeout=1200)
+
+
+def commands(steps: list[dict]) -> list[str]:
+    """The shell commands of a job's steps, installs left out (this machine has exportgate)."""
+    return [step["run"] for step in steps if "run" in step and not step["run"].startswith("pip install")]
+
+
+def merged_jobs(path: Path) -> list[tuple[str, int, list[str]]]:
+    report = json.loads(path.read_text())
+    return [(job["job"], job["exit_code"], [g["status"] for g in job["gelu"]]) for job in report["jobs"]]
+
+
+@pytest.fixture(scope="module")
+def local(tmp_path_factory):
+    cwd = checkout(tmp_path_factory.mktemp("local"))
+    result = shell("exportgate run --report local.json", cwd)
+    assert result.returncode == 0, result.stderr
+    return merged_jobs(cwd / "local.json")
+
+
+def test_the_github_workflow_plans_exports_each_job_apart_and_merges(tmp_path, local):
+    workflow = yaml.safe_load((EXAMPLES / "ci/github-actions.yml").read_text())
+    steps = {name: job["steps"] for name, job in workflow["jobs"].items()}
+    plan_runner = checkout(tmp_path / "plan")
+    outputs = plan_runner / "github_output"
+    [plan] = commands(steps["plan"])
+    assert shell(plan, plan_runner, GITHUB_OUTPUT=str(outputs)).returncode == 0
+    name, _, value = outputs.read_text().strip().partition("=")
+    matrix = json.loads(value)
+    assert name == "matrix" and [entry["job"] for entry in matrix["include"]] == [job for job, _, _ in local]
+
+    downloads = checkout(tmp_path / "merge") / "jobs"
+    for index, entry in enumerate(matrix["include"]):
+        runner = checkout(tmp_path / f"export-{index}")
+        for command in commands(steps["export"]):
+            result = shell(command.replace("${{ matrix.job }}", entry["job"]), runner)
+            assert result.returncode == 0, result.stderr
+        shutil.copytree(runner / "out", downloads / f"exportgate-job-{index}")  # upload, then download
+    [merge] = commands(steps["merge"])
+    result = shell(merge, downloads.parent)
+    assert result.returncode == 0, result.stderr
+    assert merged_jobs(downloads.parent / "exportgate.json") == local
+    suites = [suite.name for suite in JUnitXml.fromfile(str(downloads.parent / "exportgate.xml"))]
+    assert suites == [job for job, _, _ in local]
+    assert (downloads.parent / "exportgate.html").read_text().count("<svg") >= 3
+
+
+def test_the_gitlab_pipeline_runs_its_shards_and_merges(tmp_path, local):
+    pipeline = yaml.safe_load((EXAMPLES / "ci/gitlab-ci.yml").read_text())
+    setup = [line for line in pipeline["default"]["before_script"] if not line.startswith("pip install")]
+    assert setup == ["cd examples/ci"]
+    shards = pipeline["export"]["parallel"]
+    root = tmp_path / "project"
+    checkout(root)
+    for index in range(1, shards + 1):
+        for command in pipeline["export"]["script"]:
+            result = shell(f"{setup[0]} && {command}", root, CI_NODE_INDEX=str(index), CI_NODE_TOTAL=str(shards))
+            assert result.returncode == 0, result.stderr
+    for command in pipeline["merge"]["script"]:
+        result = shell(f"{setup[0]} && {command}", root)
+        assert result.returncode == 0, result.stderr
+    assert merged_jobs(root / "examples/ci/exportgate.json") == local
+    junit = pipeline["merge"]["artifacts"]["reports"]["junit"]
+    assert [suite.name for suite in JUnitXml.fromfile(str(root / junit))] == [job for job, _, _ in local]

@@ -1,0 +1,201 @@
+"""Release pipelines: a config of models x artifacts run as jobs, cached, planned for a CI matrix,
+run in shards and merged; the reports read back with junitparser."""
+
+import json
+
+import pytest
+from junitparser import Failure, JUnitXml
+
+from exporter import runs
+from fixtures.models.hf_models import __file__ as HF_MODELS
+from fixtures.specs import KERAS_MODELS, TORCH_MODELS
+from verifiers.errors import BadInput
+
+FAST_CONFIG = f"""
+[defaults]
+batches = 2
+
+[models.mlp]
+spec = "{TORCH_MODELS}:mlp_exact"
+
+[models.branch]
+spec = "{TORCH_MODELS}:sign_branch"  # traced on one branch, the batches take the other: exit 1
+
+[artifacts.onnx17]
+to = "onnx"
+opset = 17
+
+[artifacts."ort-1.16"]
+to = "onnx"
+target = "ort-1.16"
+"""
+
+
+def write_config(folder, text):
+    path = folder / "exportgate.toml"
+    path.write_text(text)
+    return path
+
+
+def verdicts(result):
+    return {name: report.exit_code for name, report in result.jobs}
+
+
+def test_a_config_runs_each_job_into_its_folder_then_reuses_them_all(tmp_path):
+    config = write_config(tmp_path, FAST_CONFIG)
+    cold = runs.run(config, out_dir=tmp_path / "out", workers=2, cache_dir=tmp_path / "cache",
+                    reports={"junit": tmp_path / "run.xml", "json": tmp_path / "run.json"})
+    assert verdicts(cold) == {"branch/onnx17": 1, "branch/ort-1.16": 1, "mlp/onnx17": 0, "mlp/ort-1.16": 0}
+    assert cold.exit_code == 1 and cold.reused == 0
+    assert (tmp_path / "out/mlp/onnx17/mlp.onnx").is_file() and (tmp_path / "out/mlp/onnx17/report.json").is_file()
+    assert not (tmp_path / "out/branch/onnx17/branch.onnx").exists()  # nothing failed is published
+    assert (tmp_path / "out/branch/onnx17/branch.onnx.rejected").is_file()
+    suites = {suite.name: suite for suite in JUnitXml.fromfile(str(tmp_path / "run.xml"))}
+    assert set(suites) == set(verdicts(cold))
+    assert any(isinstance(r, Failure) for case in suites["branch/onnx17"] for r in case.result)
+    assert suites["mlp/onnx17"].failures == 0
+    assert json.loads((tmp_path / "run.json").read_text())["exit_code"] == 1
+
+    warm = runs.run(config, out_dir=tmp_path / "out", workers=2, cache_dir=tmp_path / "cache")
+    assert verdicts(warm) == verdicts(cold) and warm.reused == 4
+    assert all(r.reused for r in warm.results) and sum(r.seconds for r in warm.results) < 2
+    reused = warm.jobs[2][1]
+    assert reused.reused["made"] and any("reused from the cache" in note for note in reused.notes)
+    assert reused.artifact.path == str(tmp_path / "out/mlp/onnx17/mlp.onnx")
+
+    forced = runs.run(config, out_dir=tmp_path / "out", workers=2, only=["mlp/onnx17"], cache=False)
+    assert verdicts(forced) == {"mlp/onnx17": 0} and forced.reused == 0
+
+
+def test_plan_then_shards_then_merge_is_the_local_run(tmp_path):
+    config = write_config(tmp_path, FAST_CONFIG)
+    ids = runs.plan(config)["jobs"]
+    assert runs.plan(config, "github") == {"include": [{"job": job} for job in ids]}
+    assert runs.plan(config, "gitlab") == {"parallel": {"matrix": [{"EXPORTGATE_JOB": ids}]}}
+    cache = tmp_path / "cache"
+    local = runs.run(config, out_dir=tmp_path / "local", workers=2, cache_dir=cache)
+    shards = [runs.run(config, out_dir=tmp_path / f"shard{i}", shard=f"{i}/2", cache=False) for i in (1, 2)]
+    assert sorted(name for shard in shards for name, _ in shard.jobs) == ids
+    merged = runs.merge([tmp_path / "shard1", tmp_path / "shard2"], reports={"junit": tmp_path / "merged.xml"})
+    assert merged.exit_code == local.exit_code == 1
+    assert [(name, r.exit_code, [f.kind for f in r.failures], [g["status"] for g in r.gelu])
+            for name, r in merged.jobs] == [
+        (name, r.exit_code, [f.kind for f in r.failures], [g["status"] for g in r.gelu]) for name, r in local.jobs]
+    assert [suite.name for suite in JUnitXml.fromfile(str(tmp_path / "merged.xml"))] == ids
+
+
+@pytest.mark.parametrize(("table", "field", "value", "message"), [
+    ("artifacts.onnx17", "opset", '"seventeen"', "job mlp/onnx17: opset: must be a positive integer"),
+    ("artifacts.onnx17", "colour", '"red"', "[artifacts.onnx17] colour: unknown field"),
+    ("artifacts.onnx17", "target", '"ort-9"', "job mlp/onnx17: target: unknown target 'ort-9'"),
+    ("artifacts.onnx17", "target", '"tflite-2.9"', "job mlp/onnx17: target: --target tflite-2.9 runs tflite"),
+    ("models.mlp", "atol", '"loose"', "job mlp/onnx17: atol: --atol 'loose'"),
+    ("models.mlp", "spec", '"missing.py:build"', "job mlp/onnx17: spec: "),
+])
+def test_a_bad_field_is_one_line_naming_job_and_field_and_nothing_runs(tmp_path, cli, table, field, value, message):
+    tables = {"models.mlp": {"spec": f'"{TORCH_MODELS}:mlp_exact"'},
+              "artifacts.onnx17": {"to": '"onnx"', "opset": "17"}}
+    tables[table][field] = value
+    write_config(tmp_path, "".join(f"[{name}]\n" + "".join(f"{k} = {v}\n" for k, v in fields.items()) + "\n"
+                                   for name, fields in tables.items()))
+    with pytest.raises(BadInput) as caught:
+        runs.run(tmp_path / "exportgate.toml", out_dir=tmp_path / "out")
+    assert message in str(caught.value) and "\n" not in str(caught.value)
+    result = cli("run", "--out-dir", "out")
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and message in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_job_that_crashes_is_that_jobs_failure(tmp_path):
+    crashing = tmp_path / "crash.py"
+    crashing.write_text("import os, torch\n\ndef build():\n    os.abort()\n")
+    config = write_config(tmp_path, f"""
+[models.crash]
+spec = "crash.py:build"
+
+[models.mlp]
+spec = "{TORCH_MODELS}:mlp_exact"
+
+[artifacts.onnx17]
+to = "onnx"
+opset = 17
+""")
+    result = runs.run(config, out_dir=tmp_path / "out", workers=2, cache=False)
+    assert verdicts(result) == {"crash/onnx17": 4, "mlp/onnx17": 0}
+    [finding] = result.jobs[0][1].failures
+    assert finding.kind == "runtime" and "crashed (SIGABRT)" in finding.message
+    assert (tmp_path / "out/crash/onnx17/log.txt").is_file()
+
+
+def test_three_models_by_three_artifacts_cold_then_cached_with_one_broken_job(tmp_path, cli):
+    """PyTorch (an MLP, transformers BERT) and Keras models x ONNX at an opset, ONNX for a target
+    and TFLite, plus one job broken on purpose; through the CLI, as a pipeline runs it."""
+    write_config(tmp_path, f"""
+out_dir = "dist"
+
+[models.mlp]
+spec = "{TORCH_MODELS}:mlp_exact"
+
+[models.bert]
+spec = "{HF_MODELS}:bert"
+
+[models.keras]
+spec = "{KERAS_MODELS}:functional_activation"
+
+[models.branch]
+spec = "{TORCH_MODELS}:sign_branch"
+
+[artifacts.onnx17]
+to = "onnx"
+opset = 17
+
+[artifacts."ort-1.16"]
+to = "onnx"
+target = "ort-1.16"
+models = ["mlp", "bert", "keras"]
+
+[artifacts.tflite]
+to = "tflite"
+models = ["mlp", "bert", "keras"]
+""")
+    import time
+
+    start = time.monotonic()
+    cold = cli("run", "--jobs", "2", "--cache-dir", "cache", "--junit", "run.xml", "--html", "run.html",
+               "--report", "run.json", timeout=3000)
+    cold_seconds = time.monotonic() - start
+    assert cold.returncode == 1, cold.stderr
+    report = json.loads((tmp_path / "run.json").read_text())
+    codes = {job["job"]: job["exit_code"] for job in report["jobs"]}
+    assert len(codes) == 10 and {job for job, code in codes.items() if code} == {"branch/onnx17"}
+    suites = {suite.name: suite for suite in JUnitXml.fromfile(str(tmp_path / "run.xml"))}
+    assert suites["branch/onnx17"].failures >= 1 and sum(s.failures for s in suites.values()) == \
+        suites["branch/onnx17"].failures
+    html = (tmp_path / "run.html").read_text()
+    assert "branch/onnx17" in html and html.count("<svg") >= 10
+
+    start = time.monotonic()
+    warm = cli("run", "--jobs", "2", "--cache-dir", "cache", "--report", "warm.json")
+    warm_seconds = time.monotonic() - start
+    assert warm.returncode == 1 and "10 reused from the cache" in warm.stderr
+    assert warm_seconds * 10 <= cold_seconds, (cold_seconds, warm_seconds)
+    print(f"cold {cold_seconds:.1f} s, cached {warm_seconds:.1f} s")
+
+
+def test_the_config_may_live_in_pyproject(tmp_path, monkeypatch):
+    (tmp_path / "pyproject.toml").write_text(f"""
+[project]
+name = "someone-elses-model"
+
+[tool.exportgate.models.mlp]
+spec = "{TORCH_MODELS}:mlp_exact"
+
+[tool.exportgate.artifacts.onnx17]
+to = "onnx"
+opset = 17
+""")
+    monkeypatch.chdir(tmp_path)
+    assert runs.plan() == {"jobs": ["mlp/onnx17"]}
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'no-pipeline'\n")
+    with pytest.raises(BadInput, match="no exportgate.toml here"):
+        runs.plan()
