@@ -85,7 +85,8 @@ def _compare(run: Checked) -> None:
 
 
 def _judge_gelu(run: Checked) -> None:
-    run.artifact_sites = judge_gelu(run.report, run.artifact, run.captured, run.comparison, run.declared)
+    run.artifact_sites = judge_gelu(run.report, run.artifact, run.captured, run.comparison, run.declared,
+                                    run.progress)
 
 
 def _gelu_sensitivity(run: Checked) -> None:

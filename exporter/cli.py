@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Optional
@@ -67,8 +68,45 @@ MatrixOption = Annotated[Optional[Path], typer.Option(
     "--matrix", help="A YAML file of targets that adds to or overrides opset_matrix.yaml.")]
 
 
-def _progress(message: str) -> None:
-    typer.echo(f"exportgate: {message}", err=True)
+QuietOption = Annotated[bool, typer.Option("--quiet", help="No progress lines, only the verdict and failures.")]
+
+
+class _StepLines:
+    """A command's progress in a log: one `exportgate: HH:MM:SS step` line per step."""
+
+    def __call__(self, message: str) -> None:
+        typer.echo(f"exportgate: {time.strftime('%H:%M:%S')} {message}", err=True)
+
+
+class _StepBar:
+    """A command's progress on a terminal (rich): the current step, its elapsed time, and a bar
+    for the batches and the GELU probes as they are counted."""
+
+    def __init__(self, bar):
+        self.bar = bar
+        self.task = bar.add_task("starting", total=None)
+
+    def __call__(self, message: str) -> None:
+        self.bar.update(self.task, description=message, total=None, completed=0)
+
+    def count(self, what: str, done: int, total: int) -> None:
+        self.bar.update(self.task, total=total, completed=done)
+
+
+@contextlib.contextmanager
+def _command_progress(quiet: bool) -> Iterator:
+    if quiet:
+        yield lambda message: None
+        return
+    if not sys.stderr.isatty():
+        yield _StepLines()
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    with Progress(SpinnerColumn(), TextColumn("exportgate: {task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
+        yield _StepBar(bar)
 
 
 @contextlib.contextmanager
@@ -198,17 +236,18 @@ def export(
     junit: JunitOption = None,
     html: HtmlOption = None,
     summary: SummaryOption = None,
+    quiet: QuietOption = False,
 ) -> None:
     """Export MODEL, verify the artifact, and write it to --out only if it passes."""
     from exporter import api
 
-    with _interruptible(), _runtime_limits(timeout, memory_limit):
+    with _interruptible(), _runtime_limits(timeout, memory_limit), _command_progress(quiet) as progress:
         result = api.export(
             model, to=to, out=out, opset=opset, exporter=exporter, quantize=quantize, target=target, gelu=gelu,
             matrix=matrix, inputs=inputs, dynamic=dynamic, atol=atol,
             rtol=rtol, seed=seed, batches=batches, verify=not no_verify, gelu_guard=not no_gelu_guard,
             allow_nonfinite=allow_nonfinite, trust_source=trust_source, reports=_reports(report, junit, html, summary),
-            progress=_progress,
+            progress=progress,
         )
     _finish(result)
 
@@ -234,14 +273,15 @@ def verify(
     junit: JunitOption = None,
     html: HtmlOption = None,
     summary: SummaryOption = None,
+    quiet: QuietOption = False,
 ) -> None:
     """Run ARTIFACT and its source model on the same inputs and compare every output."""
     from exporter import api
 
-    with _interruptible(), _runtime_limits(timeout, memory_limit):
+    with _interruptible(), _runtime_limits(timeout, memory_limit), _command_progress(quiet) as progress:
         result = api.verify(artifact, source=source, runtime=runtime, inputs=inputs, atol=atol, rtol=rtol, seed=seed,
                             batches=batches, gelu_guard=not no_gelu_guard, allow_nonfinite=allow_nonfinite,
-                            trust_source=trust_source, reports=_reports(report, junit, html, summary), progress=_progress)
+                            trust_source=trust_source, reports=_reports(report, junit, html, summary), progress=progress)
     _finish(result)
 
 
@@ -291,7 +331,7 @@ def run(
     junit: JunitOption = None,
     html: HtmlOption = None,
     summary: SummaryOption = None,
-    quiet: Annotated[bool, typer.Option("--quiet", help="No progress, only the final lines.")] = False,
+    quiet: QuietOption = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the combined report as JSON on stdout.")] = False,
 ) -> None:
     """Run a config's jobs (models x artifacts), each exported and verified in a worker process."""

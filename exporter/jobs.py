@@ -19,6 +19,7 @@ import datetime
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -40,6 +41,7 @@ LOG_FILE = "log.txt"
 # Findings that say something about the artifact, the same again for the same inputs: cacheable.
 _CACHEABLE_KINDS = {"numeric", "gelu", "gelu_guard", "opset", "target"}
 JobProgress = Callable[[str, str], None]  # (job id, what it is doing)
+_STEP_LINE = re.compile(r"^exportgate: \d\d:\d\d:\d\d (.+)$")  # an export's progress line in a log
 
 
 @dataclass
@@ -221,8 +223,9 @@ def _export(job: Job, folder: Path, progress: JobProgress, timeout: float | None
         try:
             for line in child.stderr:
                 log.write(line)
-                if line.startswith("exportgate: "):
-                    progress(job.id, line.removeprefix("exportgate: ").strip())
+                step = _STEP_LINE.match(line)
+                if step:
+                    progress(job.id, step[1])
             code = child.wait()
         finally:
             if timer:

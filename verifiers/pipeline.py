@@ -15,6 +15,7 @@ from verifiers.compare import Tolerances, compare_outputs, match_outputs
 from verifiers.errors import BadInput, ExportgateError, one_line
 from verifiers.formats import Artifact, described, measured_sites, opened
 from verifiers.report import Report
+from verifiers.steps import Progress, count, silent
 from verifiers.runtimes import InvalidArtifact, Runner, open_runner, run_model, runtime_for
 from verifiers.runtimes import isolation
 
@@ -38,11 +39,12 @@ def describe_artifact(artifact: Artifact, runtime: str | None = None) -> dict[st
                           step="measuring the artifact's GELU sites")
 
 
-def artifact_inventory(artifact: Artifact, runner: Runner) -> list:
+def artifact_inventory(artifact: Artifact, runner: Runner, progress: Progress = silent) -> list:
     """The artifact's GELU and ReLU sites, measured on the probes in the runner's runtime and worker."""
     runner_class = runtime_for(artifact.format.name, runner.runtime)
     return isolation.call(measured_sites, artifact.format.name, artifact.path, runner_class, runtime=runner.runtime,
-                          step="measuring the artifact's GELU sites", runner=runner)
+                          step="measuring the artifact's GELU sites", runner=runner,
+                          on_progress=lambda done, total: count(progress, "GELU probes", done, total))
 
 
 def compare(report: Report, runner: Runner, feeds, reference, tolerances: Tolerances, progress) -> Comparison:
@@ -57,7 +59,8 @@ def compare(report: Report, runner: Runner, feeds, reference, tolerances: Tolera
     with report.timed("run_artifact"):
         progress(f"running the artifact on {len(feeds)} batch(es)")
         runs: dict[str, list[list[np.ndarray]]] = {variant: [] for variant in runner.variants}
-        for feed in artifact_feeds:
+        for done, feed in enumerate(artifact_feeds):
+            count(progress, "batches", done, len(artifact_feeds))
             try:
                 outputs = runner.infer(feed)
             except ExportgateError:
@@ -66,6 +69,7 @@ def compare(report: Report, runner: Runner, feeds, reference, tolerances: Tolera
                 raise InvalidArtifact(f"the artifact failed to run: {one_line(exc)}") from exc
             for variant in runner.variants:
                 runs[variant].append(outputs[variant])
+        count(progress, "batches", len(artifact_feeds), len(artifact_feeds))
     comparison = Comparison(ref_names, art_names, pairs, [r[2] for r in reference], artifact_feeds, runner)
     with report.timed("compare"):
         for k, variant in enumerate(runner.variants):
@@ -100,7 +104,7 @@ class Comparison:
 
 
 def judge_gelu(report: Report, artifact: Artifact, captured: list | str | None, comparison: Comparison,
-               declared: dict[str, str] | None = None) -> list | None:
+               declared: dict[str, str] | None = None, progress: Progress = silent) -> list | None:
     """Find every GELU on both sides, measure the artifact's, and fail on any silent change;
     returns the artifact's measured sites (None when they were not measured).
 
@@ -120,7 +124,7 @@ def judge_gelu(report: Report, artifact: Artifact, captured: list | str | None, 
                                   "pass --no-gelu-guard to ship without the guard")
         return None
     source_sites = [SiteFlavour(s, s.claimed, scale=s.scale) for s in captured]
-    artifact_sites = artifact_inventory(artifact, comparison.runner)
+    artifact_sites = artifact_inventory(artifact, comparison.runner, progress)
     verdicts = judge(source_sites, artifact_sites, declared)
     report.gelu_guard = "checked"
     report.gelu = [v.to_dict() for v in verdicts]

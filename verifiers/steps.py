@@ -20,11 +20,19 @@ from verifiers.errors import BadInput, ExportgateError, Terminated, one_line
 from verifiers.report import Report
 from verifiers.writers import write_reports
 
-Progress = Callable[[str], None]
+Progress = Callable[[str], None]  # takes each step's message; may also have count(what, done, total)
 
 
 def silent(_: str) -> None:
     pass
+
+
+def count(progress: Progress, what: str, done: int, total: int) -> None:
+    """Tell a progress callback that shows counts (one with a `count` method) how far a step is:
+    `done` of `total` batches, GELU probes."""
+    counter = getattr(progress, "count", None)
+    if counter is not None:
+        counter(what, done, total)
 
 
 @dataclass(frozen=True)

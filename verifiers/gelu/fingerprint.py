@@ -20,6 +20,7 @@ from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
 
 from verifiers.onnx_model import elem_types, iter_nodes, with_imported_domains
 from verifiers.runtimes import Runner, runtime_for
+from verifiers.runtimes.isolation import counted
 
 from .catalogue import UNKNOWN, Site
 from .classification import FLOAT16_TOLERANCE, FLOAT32_TOLERANCE, Classification, classify, probe_inputs
@@ -124,4 +125,4 @@ def fingerprint_sites(model: onnx.ModelProto, sites: list[Site], runner: type[Ru
     index = ModelIndex(model)
     runner = runner or runtime_for("onnx")
     return [fingerprint_site(index, s, types.get(s.input, onnx.TensorProto.FLOAT), types.get(s.output), runner)
-            for s in sites]
+            for s in counted(sites)]

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from verifiers.runtimes import Runner, runtime_for
+from verifiers.runtimes.isolation import counted
 from verifiers.tflite_model import TFLiteModel, as_model, schema
 
 from .catalogue import UNKNOWN, Site
@@ -177,4 +178,4 @@ def fingerprint_site(graph: TFLiteGraph, site: Site, runner: type[Runner] | None
 def fingerprint_sites(model: TFLiteModel | TFLiteGraph | str | Path, sites: list[Site],
                       runner: type[Runner] | None = None) -> list[TFLiteFingerprint]:
     graph = model if isinstance(model, TFLiteGraph) else read_graph(as_model(model))
-    return [fingerprint_site(graph, s, runner) for s in sites]
+    return [fingerprint_site(graph, s, runner) for s in counted(sites)]

@@ -120,19 +120,27 @@ class _Worker:
                 reply.set_exception(exc)
                 raise
 
-    def request(self, step: str, *message) -> Any:
+    def request(self, step: str, *message, on_progress: Callable[[int, int], None] | None = None) -> Any:
+        """The reply to `message`; what the step reports of its progress on the way (see
+        `report_progress`) goes to `on_progress(done, total)`."""
         self.settle()
-        return self._reply(step, message)
+        return self._reply(step, message, on_progress=on_progress)
 
-    def _reply(self, step: str, message: tuple | None = None, sent: float | None = None) -> Any:
+    def _reply(self, step: str, message: tuple | None = None, sent: float | None = None,
+               on_progress: Callable[[int, int], None] | None = None) -> Any:
         """The reply to `message`, sent first, or to a request sent ahead at `sent` when None."""
         timeout = LIMITS.get().timeout
+        sent = time.monotonic() if sent is None else sent
         try:
             if message is not None:
                 self.conn.send(message)
-            waited = time.monotonic() - sent if sent is not None else 0.0
-            ready = self.conn.poll(max(0.0, timeout - waited))
-            reply = self.conn.recv() if ready else None
+            while True:
+                ready = self.conn.poll(max(0.0, timeout - (time.monotonic() - sent)))
+                reply = self.conn.recv() if ready else None
+                if reply is None or reply[0] != "progress":
+                    break
+                if on_progress is not None:
+                    on_progress(*reply[1:])
         except (EOFError, OSError):
             ready, reply = True, None
         if reply is None:
@@ -193,6 +201,8 @@ def serve(fd: int, memory: int) -> None:
     from multiprocessing.connection import Connection
 
     conn = Connection(fd)
+    global _TO_PARENT
+    _TO_PARENT = conn
     if memory:
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
@@ -232,6 +242,24 @@ def serve(fd: int, memory: int) -> None:
             conn.send(("error", RuntimeError(f"{type(exc).__name__}: {exc}")))
 
 
+_TO_PARENT = None  # in a worker: the connection its replies go back on
+
+
+def report_progress(done: int, total: int) -> None:
+    """Code running in a worker says how far its step is (the GELU probes, site by site); the
+    parent hands it to the request's on_progress. Outside a worker it does nothing."""
+    if _TO_PARENT is not None:
+        with contextlib.suppress(OSError):
+            _TO_PARENT.send(("progress", done, total))
+
+
+def counted(items: list):
+    """The items, reporting the progress (report_progress) as each is done."""
+    for done, item in enumerate(items, 1):
+        yield item
+        report_progress(done, len(items))
+
+
 def _model_name(model: Path | bytes) -> str:
     return "<in-memory model>" if isinstance(model, (bytes, bytearray)) else str(model)
 
@@ -249,14 +277,16 @@ def _portable(exc: BaseException) -> BaseException:
         return RuntimeError(f"{type(exc).__name__}: {exc}")
 
 
-def call(fn: Callable, *args, runtime: str, step: str, runner: Runner | None = None) -> Any:
+def call(fn: Callable, *args, runtime: str, step: str, runner: Runner | None = None,
+         on_progress: Callable[[int, int], None] | None = None) -> Any:
     """fn(*args) in a worker: `runner`'s when it is an IsolatedRunner of that runtime, else a fresh
-    one (fn and its arguments must pickle: a module-level function)."""
+    one (fn and its arguments must pickle: a module-level function). What it reports of its
+    progress goes to `on_progress(done, total)`."""
     if isinstance(runner, IsolatedRunner) and runner.runtime == runtime:
-        return runner.call(fn, *args, step=step)
+        return runner.call(fn, *args, step=step, on_progress=on_progress)
     worker = _Worker(runtime)
     try:
-        return worker.request(step, "call", fn, args)
+        return worker.request(step, "call", fn, args, on_progress=on_progress)
     finally:
         if worker.alive():
             worker.close()
@@ -340,10 +370,10 @@ class IsolatedRunner(Runner):
     def run(self, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
         return self.run_all(feed)[self.variants[0]]
 
-    def call(self, fn: Callable, *args, step: str) -> Any:
+    def call(self, fn: Callable, *args, step: str, on_progress: Callable[[int, int], None] | None = None) -> Any:
         """fn(*args) in this runner's worker (saves starting another for the GELU probes)."""
         self.wait_loaded()
-        return self._worker.request(step, "call", fn, args)
+        return self._worker.request(step, "call", fn, args, on_progress=on_progress)
 
     def run_all(self, feed: dict[str, np.ndarray]) -> dict[str, list[np.ndarray]]:
         self.wait_loaded()
