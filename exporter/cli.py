@@ -68,6 +68,7 @@ MatrixOption = Annotated[Optional[Path], typer.Option(
     "--matrix", help="A YAML file of targets that adds to or overrides opset_matrix.yaml.")]
 
 
+JsonOption = Annotated[bool, typer.Option("--json", help="Print the report as JSON on stdout.")]
 QuietOption = Annotated[bool, typer.Option("--quiet", help="No progress lines, only the verdict and failures.")]
 
 
@@ -134,7 +135,9 @@ def _reports(json_path: Path | None, junit_path: Path | None, html_path: Path | 
     return {name: path for name, path in paths.items() if path is not None}
 
 
-def _finish(report) -> None:
+def _finish(report, as_json: bool = False) -> None:
+    if as_json:
+        typer.echo(json.dumps(report.to_dict(), indent=2, default=str))
     for line in report.summary_lines():
         typer.echo(line, err=True)
     _tell_ci([(job_name(report), report)])
@@ -237,6 +240,7 @@ def export(
     html: HtmlOption = None,
     summary: SummaryOption = None,
     quiet: QuietOption = False,
+    as_json: JsonOption = False,
 ) -> None:
     """Export MODEL, verify the artifact, and write it to --out only if it passes."""
     from exporter import api
@@ -249,7 +253,7 @@ def export(
             allow_nonfinite=allow_nonfinite, trust_source=trust_source, reports=_reports(report, junit, html, summary),
             progress=progress,
         )
-    _finish(result)
+    _finish(result, as_json)
 
 
 @app.command()
@@ -274,6 +278,7 @@ def verify(
     html: HtmlOption = None,
     summary: SummaryOption = None,
     quiet: QuietOption = False,
+    as_json: JsonOption = False,
 ) -> None:
     """Run ARTIFACT and its source model on the same inputs and compare every output."""
     from exporter import api
@@ -282,7 +287,7 @@ def verify(
         result = api.verify(artifact, source=source, runtime=runtime, inputs=inputs, atol=atol, rtol=rtol, seed=seed,
                             batches=batches, gelu_guard=not no_gelu_guard, allow_nonfinite=allow_nonfinite,
                             trust_source=trust_source, reports=_reports(report, junit, html, summary), progress=progress)
-    _finish(result)
+    _finish(result, as_json)
 
 
 @app.command()
@@ -301,9 +306,7 @@ def check(
 
     with _interruptible():
         result = api.check(artifact, target=target, matrix=matrix, reports=_reports(report, junit, html, summary))
-    if as_json:
-        typer.echo(json.dumps(result.to_dict(), indent=2, default=str))
-    _finish(result)
+    _finish(result, as_json)
 
 
 ConfigArgument = Annotated[Optional[Path], typer.Argument(

@@ -1,6 +1,7 @@
 """Progress on the terminal: rich's live step and bar on a terminal (the GELU probes counted as
 they run in the worker), timestamped lines in a log, nothing with --quiet."""
 
+import json
 import os
 import pty
 import re
@@ -18,9 +19,10 @@ def test_a_log_gets_one_timestamped_line_per_step_and_quiet_gets_none(cli):
     steps = [line for line in logged.stderr.splitlines() if line.startswith("exportgate: ")]
     assert logged.returncode == 0 and len(steps) >= 5 and all(STEP_LINE.match(line) for line in steps), steps
     assert any("running the artifact on 4 batch(es)" in line for line in steps)
-    quiet = cli("export", torch_model("mlp_exact"), "--to", "onnx", "--opset", "17", "--out", "q.onnx", "--quiet")
+    quiet = cli("export", torch_model("mlp_exact"), "--to", "onnx", "--opset", "17", "--out", "q.onnx", "--quiet",
+                "--json")
     assert quiet.returncode == 0 and not any(STEP_LINE.match(line) for line in quiet.stderr.splitlines())
-    assert quiet.stderr.startswith("PASS ")
+    assert quiet.stderr.startswith("PASS ") and json.loads(quiet.stdout)["verdict"] == "pass"
 
 
 def test_a_terminal_gets_the_step_and_a_bar_of_the_gelu_probes(tmp_path):

@@ -127,6 +127,25 @@ opset = 17
     assert (tmp_path / "out/crash/onnx17/log.txt").is_file()
 
 
+def test_a_job_past_its_time_limit_fails_alone(tmp_path):
+    config = write_config(tmp_path, f"""
+[models.stalled]
+spec = "{TORCH_MODELS}:stalled_mlp"  # its export stalls for 20 s
+
+[models.mlp]
+spec = "{TORCH_MODELS}:mlp_exact"
+
+[artifacts.onnx17]
+to = "onnx"
+opset = 17
+""")
+    result = runs.run(config, out_dir=tmp_path / "out", workers=2, cache=False, job_timeout=8)
+    assert verdicts(result) == {"mlp/onnx17": 0, "stalled/onnx17": 4}
+    [finding] = result.jobs[1][1].failures
+    assert finding.kind == "runtime" and finding.message == "job stalled/onnx17 did not finish within 8 s (--job-timeout)"
+    assert not list((tmp_path / "out/stalled/onnx17").glob("*.onnx"))
+
+
 def test_three_models_by_three_artifacts_cold_then_cached_with_one_broken_job(tmp_path, cli):
     """PyTorch (an MLP, transformers BERT) and Keras models x ONNX at an opset, ONNX for a target
     and TFLite, plus one job broken on purpose; through the CLI, as a pipeline runs it."""
