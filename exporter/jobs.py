@@ -33,8 +33,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from exporter.config import Job, files_digest
+from exporter.digests import sha256
 from verifiers.errors import BadInput
 from verifiers.report import Report, library_versions
+from verifiers.writers import json_report
 
 REPORT_FILE = "report.json"
 LOG_FILE = "log.txt"
@@ -73,6 +75,10 @@ def job_folder(out_dir: Path, job: Job) -> Path:
     return Path(out_dir) / job.id
 
 
+class StaleEntry(Exception):
+    """A cache entry whose artifact changed after it was stored."""
+
+
 class JobCache:
     """Job results by the digest of everything they depend on, one folder each."""
 
@@ -90,21 +96,27 @@ class JobCache:
 
     def restore(self, key: str, folder: Path) -> Report | None:
         """The cached result put in `folder` (which it replaces whole), its report saying so; None
-        when there is none."""
+        when there is none. StaleEntry when its artifact's files no longer hash to what its report
+        records (the entry is dropped: the job must run again)."""
         entry = self.folder / key
         meta = entry / "cache.json"
         if not meta.is_file():
             return None
         made = json.loads(meta.read_text())["made"]
         report = Report.from_dict(json.loads((entry / REPORT_FILE).read_text()))
+        if not _artifact_intact(report, entry):
+            shutil.rmtree(entry, ignore_errors=True)
+            raise StaleEntry(f"the cached artifact of run made {made} changed since (its SHA-256 is not the "
+                             "report's): exported again")
         report.reused = {"key": key, "made": made}
         report.notes.append(f"reused from the cache: the inputs are those of a run made {made} (key {key[:12]})")
         _relocate(report, folder)
         staged = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".restore", dir=_parent(folder)))
+        linked = _artifact_files(report)
         for item in entry.iterdir():
-            if item.name != "cache.json":
-                shutil.copy2(item, staged / item.name)
-        (staged / REPORT_FILE).write_text(json.dumps(report.to_dict(), indent=2, default=str) + "\n")
+            if item.name not in ("cache.json", REPORT_FILE):
+                (_link_or_copy if item.name in linked else shutil.copy2)(item, staged / item.name)
+        json_report.write(report, staged / REPORT_FILE)
         _replace_folder(staged, folder)
         return report
 
@@ -113,15 +125,41 @@ class JobCache:
             return
         self.folder.mkdir(parents=True, exist_ok=True)
         staged = Path(tempfile.mkdtemp(prefix=f".{key[:12]}.", dir=self.folder))
+        linked = _artifact_files(report)
         for item in folder.iterdir():
             if item.is_file():
-                shutil.copy2(item, staged / item.name)
+                (_link_or_copy if item.name in linked else shutil.copy2)(item, staged / item.name)
         made = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         (staged / "cache.json").write_text(json.dumps({"made": made, "job": report.model}) + "\n")
         try:
             os.replace(staged, self.folder / key)
         except OSError:  # another run stored the same key meanwhile: theirs stands
             shutil.rmtree(staged, ignore_errors=True)
+
+
+def _artifact_files(report: Report) -> dict[str, str]:
+    """The names of a report's artifact files, with the SHA-256 it records for each."""
+    if report.artifact is None:
+        return {}
+    files = {Path(report.artifact.path).name: report.artifact.sha256}
+    files.update((Path(data["path"]).name, data["sha256"]) for data in report.artifact.data_files)
+    return files
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    """A hard link where the file system allows one (an artifact of gigabytes costs no second
+    copy), a copy otherwise. Artifacts are published by renaming, never written in place, and a
+    restore checks their digests, so a linked file edited by hand is caught."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
+
+
+def _artifact_intact(report: Report, entry: Path) -> bool:
+    """Whether the artifact files of a cached report still hash to the digests it records."""
+    return all((entry / name).is_file() and sha256(entry / name) == digest
+               for name, digest in _artifact_files(report).items())
 
 
 def report_is_cacheable(report: Report) -> bool:
@@ -153,13 +191,21 @@ def _run_one(job: Job, out_dir: Path, cache: JobCache | None, progress: JobProgr
     folder = job_folder(out_dir, job)
     start = time.monotonic()
     key = cache.key(job, limits) if cache is not None else None
+    stale = None
     if cache is not None:
-        report = cache.restore(key, folder)
+        try:
+            report = cache.restore(key, folder)
+        except StaleEntry as entry:
+            report, stale = None, str(entry)
+            progress(job.id, stale)
         if report is not None:
             progress(job.id, f"reused from the cache ({report.reused['made']})")
             return JobResult(job, report, folder, time.monotonic() - start, reused=True)
     progress(job.id, "starting")
     report = _export(job, folder, progress, timeout, limits)
+    if stale:
+        report.notes.append(stale)
+        json_report.write(report, folder / REPORT_FILE)
     if cache is not None:
         cache.store(key, folder, report)
     progress(job.id, f"{report.verdict} (exit {report.exit_code})")
@@ -241,7 +287,7 @@ def _export(job: Job, folder: Path, progress: JobProgress, timeout: float | None
         report.fail("runtime", f"job {job.id} crashed ({signal.Signals(-code).name}); see {folder / LOG_FILE}")
     else:
         report.fail("internal", f"job {job.id} exited {code} without a report; see {folder / LOG_FILE}")
-    report_path.write_text(json.dumps(report.to_dict(), indent=2, default=str) + "\n")
+    json_report.write(report, report_path)
     return report
 
 

@@ -7,6 +7,7 @@ import pytest
 from junitparser import Failure, JUnitXml
 
 from exporter import runs
+from exporter.digests import sha256
 from fixtures.models.hf_models import __file__ as HF_MODELS
 from fixtures.specs import KERAS_MODELS, TORCH_MODELS
 from verifiers.errors import BadInput
@@ -65,6 +66,27 @@ def test_a_config_runs_each_job_into_its_folder_then_reuses_them_all(tmp_path):
 
     forced = runs.run(config, out_dir=tmp_path / "out", workers=2, only=["mlp/onnx17"], cache=False)
     assert verdicts(forced) == {"mlp/onnx17": 0} and forced.reused == 0
+
+
+def test_a_cached_artifact_is_linked_and_one_changed_since_is_not_reused(tmp_path):
+    config = write_config(tmp_path, FAST_CONFIG)
+    cache, out = tmp_path / "cache", tmp_path / "out"
+    cold = runs.run(config, out_dir=out, cache_dir=cache, only=["mlp/onnx17"])
+    published = out / "mlp/onnx17/mlp.onnx"
+    [cached] = cache.glob("*/mlp.onnx")
+    assert verdicts(cold) == {"mlp/onnx17": 0} and published.samefile(cached)  # no second copy
+    with open(cached, "r+b") as artifact:  # edited in place since: the restore would ship it
+        artifact.seek(-1, 2)
+        last = artifact.read(1)
+        artifact.seek(-1, 2)
+        artifact.write(bytes([last[0] ^ 0xFF]))
+    again = runs.run(config, out_dir=out, cache_dir=cache, only=["mlp/onnx17"])
+    assert verdicts(again) == {"mlp/onnx17": 0} and again.reused == 0
+    report = again.jobs[0][1]
+    on_disk = json.loads((out / "mlp/onnx17/report.json").read_text())["notes"]
+    assert any("cached artifact of run made" in note and "changed since" in note for note in on_disk)
+    assert report.artifact.sha256 == sha256(published) == cold.jobs[0][1].artifact.sha256
+    assert runs.run(config, out_dir=out, cache_dir=cache, only=["mlp/onnx17"]).reused == 1
 
 
 def test_plan_then_shards_then_merge_is_the_local_run(tmp_path):
