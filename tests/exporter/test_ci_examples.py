@@ -14,7 +14,7 @@ import pytest
 import yaml
 from junitparser import JUnitXml
 
-from tests.conftest import REPO
+from tests.conftest import REPO, run_cli
 
 EXAMPLES = REPO / "examples"
 
@@ -47,11 +47,17 @@ def merged_jobs(path: Path) -> list[tuple[str, int, list[str]]]:
 
 
 @pytest.fixture(scope="module")
-def local(tmp_path_factory):
+def local_run(tmp_path_factory) -> Path:
+    """The example pipeline run on one machine; returns its working directory."""
     cwd = checkout(tmp_path_factory.mktemp("local"))
     result = shell("exportgate run --report local.json", cwd)
     assert result.returncode == 0, result.stderr
-    return merged_jobs(cwd / "local.json")
+    return cwd
+
+
+@pytest.fixture(scope="module")
+def local(local_run):
+    return merged_jobs(local_run / "local.json")
 
 
 def test_the_github_workflow_plans_exports_each_job_apart_and_merges(tmp_path, local):
@@ -83,18 +89,41 @@ def test_the_github_workflow_plans_exports_each_job_apart_and_merges(tmp_path, l
 
 def test_the_gitlab_pipeline_runs_its_shards_and_merges(tmp_path, local):
     pipeline = yaml.safe_load((EXAMPLES / "ci/gitlab-ci.yml").read_text())
-    setup = [line for line in pipeline["default"]["before_script"] if not line.startswith("pip install")]
-    assert setup == ["cd examples/ci"]
+
+    def script(job: str) -> list[str]:
+        """The job's before_script (its own, or the default) then its script, installs left out."""
+        setup = pipeline[job].get("before_script", pipeline["default"]["before_script"])
+        return [line for line in setup + pipeline[job]["script"] if not line.startswith("pip install")]
+
     shards = pipeline["export"]["parallel"]
     root = tmp_path / "project"
     checkout(root)
     for index in range(1, shards + 1):
-        for command in pipeline["export"]["script"]:
-            result = shell(f"{setup[0]} && {command}", root, CI_NODE_INDEX=str(index), CI_NODE_TOTAL=str(shards))
-            assert result.returncode == 0, result.stderr
-    for command in pipeline["merge"]["script"]:
-        result = shell(f"{setup[0]} && {command}", root)
+        result = shell(" && ".join(script("export")), root, CI_NODE_INDEX=str(index), CI_NODE_TOTAL=str(shards))
         assert result.returncode == 0, result.stderr
+    result = shell(" && ".join(script("merge")), root)
+    assert result.returncode == 0, result.stderr
     assert merged_jobs(root / "examples/ci/exportgate.json") == local
     junit = pipeline["merge"]["artifacts"]["reports"]["junit"]
     assert [suite.name for suite in JUnitXml.fromfile(str(root / junit))] == [job for job, _, _ in local]
+
+NO_FRAMEWORK = "import sys; sys.modules.update(dict.fromkeys(('torch', 'tensorflow', 'keras', 'tf2onnx', 'ai_edge_litert'), None))"
+
+
+def test_plan_and_merge_jobs_install_no_framework_and_need_none(tmp_path, local_run, local):
+    """The workflows install exportgate without extras where they only plan or merge: those
+    commands run with every framework import refused."""
+    workflow = yaml.safe_load((EXAMPLES / "ci/github-actions.yml").read_text())
+    pipeline = yaml.safe_load((EXAMPLES / "ci/gitlab-ci.yml").read_text())
+    for steps in ([step.get("run", "") for step in workflow["jobs"]["plan"]["steps"]],
+                  [step.get("run", "") for step in workflow["jobs"]["merge"]["steps"]],
+                  pipeline["merge"]["before_script"]):
+        [install] = [line for line in steps if line.startswith("pip install")]
+        assert "[" not in install, install
+    plan = run_cli("plan", "--format", "github", cwd=local_run, prelude=NO_FRAMEWORK)
+    assert plan.returncode == 0, plan.stderr
+    assert [entry["job"] for entry in json.loads(plan.stdout)["include"]] == [job for job, _, _ in local]
+    merge = run_cli("merge", local_run / "out", "--html", tmp_path / "merged.html", "--junit", tmp_path / "merged.xml",
+                    "--report", tmp_path / "merged.json", cwd=tmp_path, prelude=NO_FRAMEWORK)
+    assert merge.returncode == 0, merge.stderr
+    assert merged_jobs(tmp_path / "merged.json") == local and "<svg" in (tmp_path / "merged.html").read_text()
