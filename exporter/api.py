@@ -62,6 +62,7 @@ class Checked:
     runtime: str | None = None  # the runtime that runs the artifact; None: the one its format names
     reports: dict[str, Path] = field(default_factory=dict)
     cleanups: contextlib.ExitStack | None = None
+    source_digests: Digests | None = None  # of the files the source was built from
 
 
 # ---- steps shared by export and verify ------------------------------------------------------------
@@ -177,6 +178,7 @@ def _export_options(run: Exported) -> None:
 
 def _load_source(run: Exported) -> None:
     run.source = load_source(run.model, run.input_specs, trust_source=run.trust_source)
+    _hash_source_files(run)
     run.route = route_for(run.source.framework.name, run.to, run.exporter, run.quantize)
     ranks = {spec.name: len(spec.shape) for spec in run.source.inputs}
     for axis in run.axes:
@@ -188,6 +190,22 @@ def _load_source(run: Exported) -> None:
                            f"(0 to {ranks[axis.input] - 1})")
     run.feeds = make_batches(run.source, run.seed, run.batches)
     run.report.example_batch = run.source.example is not None
+
+
+def _hash_source_files(run: Checked) -> None:
+    """Hash the files the source was built from beside the rest of the run; the report lists them
+    when it is written, also when a later step fails."""
+    run.source_digests = Digests(run.source.files)
+    run.cleanups.callback(_report_source_files, run)
+
+
+def _report_source_files(run: Checked) -> None:
+    listed = []
+    for path in run.source.files:
+        with contextlib.suppress(OSError):  # a file the model read and removed was not an input
+            listed.append({"path": str(path), "sha256": run.source_digests.sha256(path),
+                           "size_bytes": path.stat().st_size})
+    run.report.source_files = listed
 
 
 def _stage(run: Exported) -> None:
@@ -260,6 +278,7 @@ def _publish(run: Exported) -> None:
     if run.report.exit_code == 0:
         # The report is written first: nothing is published that its report does not describe.
         run.report.artifact = artifact_info(run.artifact, published_as=run.out, digests=run.digests)
+        _report_source_files(run)
         write_reports(run.report, run.reports)
         try:
             run.staging.publish(run.artifact.companion_files())
@@ -398,6 +417,7 @@ def _report_artifact(run: Verified, digests: Digests) -> None:
 def _verified_source(run: Verified) -> None:
     run.source = load_source(run.model, run.input_specs, default_inputs=lambda: specs_of_tensors(run.runner.inputs),
                              trust_source=run.trust_source)
+    _hash_source_files(run)
     run.feeds = make_batches(run.source, run.seed, run.batches)
     run.report.example_batch = run.source.example is not None
 

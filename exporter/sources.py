@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -53,6 +54,7 @@ class Source:
     example: dict[str, np.ndarray] | None = None
     by_keyword: bool = False
     notes: list[str] = field(default_factory=list)
+    files: list[Path] = field(default_factory=list)  # what it was built from (exporter.source_files)
 
     @property
     def input_names(self) -> list[str]:

@@ -118,6 +118,9 @@ def combined_exit_code(codes) -> int:
 class Report:
     command: str
     model: str | None = None
+    # The files the source model was built from: [{"path", "sha256", "size_bytes"}] (its spec file,
+    # the user's modules it imported, the files it read while loading).
+    source_files: list[dict[str, Any]] = field(default_factory=list)
     artifact: ArtifactInfo | None = None
     format: str | None = None
     runtime: str | None = None  # the runtime that ran the artifact (verifiers.runtimes; verify --runtime)

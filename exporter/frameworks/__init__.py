@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from exporter.source_files import recording
 from exporter.sources import InputSpec, Source
 from verifiers.errors import BadInput, MissingFramework, one_line
 from verifiers.registry import LazyRegistry
@@ -101,18 +102,21 @@ def load_source(
         framework.prepare()  # before a user's file imports the framework
     input_specs = list(input_specs or [])
     path_text, sep, attr = spec.rpartition(":")
-    if sep and path_text.endswith(".py"):
-        model, example = _call_builder(Path(path_text), attr)
-        framework = framework_for_object(model)
-    else:
-        path = Path(spec)
-        if not path.exists():
-            raise BadInput(f"{spec}: no such file")
-        framework = framework_for_file(path)
-        if framework.load_runs_code and not trust_source:
-            raise BadInput(f"{spec}: {framework.load_runs_code}; pass --trust-source to load a file you trust")
-        model, example = framework.load_file(path), None
-    return framework.make_source(spec, model, example, input_specs, default_inputs or list)
+    with recording() as files:
+        if sep and path_text.endswith(".py"):
+            model, example = _call_builder(Path(path_text), attr)
+            framework = framework_for_object(model)
+        else:
+            path = Path(spec)
+            if not path.exists():
+                raise BadInput(f"{spec}: no such file")
+            framework = framework_for_file(path)
+            if framework.load_runs_code and not trust_source:
+                raise BadInput(f"{spec}: {framework.load_runs_code}; pass --trust-source to load a file you trust")
+            model, example = framework.load_file(path), None
+    source = framework.make_source(spec, model, example, input_specs, default_inputs or list)
+    source.files = files
+    return source
 
 
 def _module_name(path: Path) -> str:
