@@ -11,7 +11,7 @@
     [models.bert]                     # a model: its MODEL spec and its options
     spec = "models.py:bert"           # relative to the config's folder
     atol = ["1e-4", "logits=1e-5"]
-    files = ["weights"]               # more files whose change means the job must run again
+    files = ["weights"]               # files it reads unseen (native loaders): a change runs it again
 
     [artifacts.onnx17]                # an artifact: format and the options that make it
     to = "onnx"

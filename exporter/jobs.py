@@ -7,8 +7,9 @@ process of its own, into its own folder, or reused from a content-addressed cach
 
 A job's crash or timeout is that job's failure (a report says so), not the run's. A job whose
 inputs did not change (its options, the model's files, the target matrix, exportgate's and the
-frameworks' versions) is restored from the cache instead of exported again; its report says it
-was reused and when the reused result was made. Only results that say something about the
+frameworks' versions; and, checked on restore, every file its report lists as read while the
+model loaded, and the cached artifact itself) is restored from the cache instead of exported
+again; its report says it was reused and when the reused result was made. Only results that say something about the
 artifact are kept (a pass, or outputs, GELU or target that fail), not bad input, crashes or
 interrupts, which may not happen again.
 """
@@ -96,18 +97,23 @@ class JobCache:
 
     def restore(self, key: str, folder: Path) -> Report | None:
         """The cached result put in `folder` (which it replaces whole), its report saying so; None
-        when there is none. StaleEntry when its artifact's files no longer hash to what its report
-        records (the entry is dropped: the job must run again)."""
+        when there is none. StaleEntry when a file the model was built from or the artifact no
+        longer hashes to what the report records (the entry is dropped: the job must run again)."""
         entry = self.folder / key
         meta = entry / "cache.json"
         if not meta.is_file():
             return None
         made = json.loads(meta.read_text())["made"]
         report = Report.from_dict(json.loads((entry / REPORT_FILE).read_text()))
+        changed = _changed_source_file(report)
+        if changed is not None:
+            shutil.rmtree(entry, ignore_errors=True)
+            raise StaleEntry(f"{changed}, which the model was built from, changed since the run made {made}: "
+                             "exported again")
         if not _artifact_intact(report, entry):
             shutil.rmtree(entry, ignore_errors=True)
-            raise StaleEntry(f"the cached artifact of run made {made} changed since (its SHA-256 is not the "
-                             "report's): exported again")
+            raise StaleEntry(f"the cached artifact of the run made {made} changed since (its SHA-256 is not "
+                             "the report's): exported again")
         report.reused = {"key": key, "made": made}
         report.notes.append(f"reused from the cache: the inputs are those of a run made {made} (key {key[:12]})")
         _relocate(report, folder)
@@ -154,6 +160,20 @@ def _link_or_copy(source: Path, target: Path) -> None:
         os.link(source, target)
     except OSError:
         shutil.copy2(source, target)
+
+
+def _changed_source_file(report: Report) -> str | None:
+    """The first file the source model was built from (the user's modules it imported, the files it
+    read) that is gone or no longer hashes to what the report records, if any. The cache key
+    covers the spec file and the config's `files`; these are what the load itself touched."""
+    for recorded in report.source_files:
+        path = Path(recorded["path"])
+        try:
+            if sha256(path) != recorded["sha256"]:
+                return str(path)
+        except OSError:
+            return str(path)
+    return None
 
 
 def _artifact_intact(report: Report, entry: Path) -> bool:

@@ -2,8 +2,10 @@
 run in shards and merged; the reports read back with junitparser."""
 
 import json
+from pathlib import Path
 
 import pytest
+import torch
 from junitparser import Failure, JUnitXml
 
 from exporter import runs
@@ -84,9 +86,38 @@ def test_a_cached_artifact_is_linked_and_one_changed_since_is_not_reused(tmp_pat
     assert verdicts(again) == {"mlp/onnx17": 0} and again.reused == 0
     report = again.jobs[0][1]
     on_disk = json.loads((out / "mlp/onnx17/report.json").read_text())["notes"]
-    assert any("cached artifact of run made" in note and "changed since" in note for note in on_disk)
+    assert any("cached artifact of the run made" in note and "changed since" in note for note in on_disk)
     assert report.artifact.sha256 == sha256(published) == cold.jobs[0][1].artifact.sha256
     assert runs.run(config, out_dir=out, cache_dir=cache, only=["mlp/onnx17"]).reused == 1
+
+
+def test_a_change_in_a_module_or_a_file_the_model_read_is_not_reused(tmp_path):
+    """The config names only the model's file; the helper module it imports and the weights it
+    reads are found while it loads, listed in the report, and checked before a result is reused."""
+    (tmp_path / "layers.py").write_text("import torch\n\nACTIVATION = torch.nn.GELU\n")
+    torch.manual_seed(0)
+    torch.save(torch.nn.Linear(8, 4).state_dict(), tmp_path / "weights.pt")
+    (tmp_path / "model.py").write_text(
+        "import sys\nfrom pathlib import Path\n\nimport torch\n\nsys.path.insert(0, str(Path(__file__).parent))\n"
+        "import layers  # noqa: E402\n\n\ndef build():\n"
+        "    linear = torch.nn.Linear(8, 4)\n"
+        "    linear.load_state_dict(torch.load(Path(__file__).parent / 'weights.pt'))\n"
+        "    return torch.nn.Sequential(linear, layers.ACTIVATION()).eval(), (torch.randn(2, 8),)\n")
+    config = write_config(tmp_path, '[models.m]\nspec = "model.py:build"\n\n[artifacts.onnx17]\nto = "onnx"\nopset = 17\n')
+    cache, out = tmp_path / "cache", tmp_path / "out"
+    cold = runs.run(config, out_dir=out, cache_dir=cache)
+    assert verdicts(cold) == {"m/onnx17": 0}
+    listed = {Path(f["path"]).name: f["sha256"] for f in cold.jobs[0][1].source_files}
+    assert listed == {name: sha256(tmp_path / name) for name in ("model.py", "layers.py", "weights.pt")}
+    assert runs.run(config, out_dir=out, cache_dir=cache).reused == 1
+
+    (tmp_path / "layers.py").write_text("import torch\n\nACTIVATION = torch.nn.ReLU\n")
+    changed = runs.run(config, out_dir=out, cache_dir=cache)
+    assert changed.reused == 0 and changed.jobs[0][1].gelu == []  # the ReLU model was exported, not the old one
+    assert any("layers.py, which the model was built from, changed since" in n for n in changed.jobs[0][1].notes)
+    torch.save(torch.nn.Linear(8, 4).state_dict(), tmp_path / "weights.pt")
+    assert runs.run(config, out_dir=out, cache_dir=cache).reused == 0
+    assert runs.run(config, out_dir=out, cache_dir=cache).reused == 1
 
 
 def test_plan_then_shards_then_merge_is_the_local_run(tmp_path):
