@@ -6,7 +6,7 @@ process of its own, into its own folder, or reused from a content-addressed cach
     OUT_DIR/bert/onnx17/log.txt        what the job printed
 
 A job's crash or timeout is that job's failure (a report says so), not the run's. A job whose
-inputs did not change (its options, the model's files, the target matrix, exportgate's and the
+inputs did not change (its options, the model's files, the target matrix, exportgate's code, the
 frameworks' versions; and, checked on restore, every file its report lists as read while the
 model loaded, and the cached artifact itself) is restored from the cache instead of exported
 again; its report says it was reused and when the reused result was made. Only results that say something about the
@@ -17,6 +17,7 @@ interrupts, which may not happen again.
 from __future__ import annotations
 
 import datetime
+import functools
 import hashlib
 import json
 import os
@@ -37,6 +38,7 @@ from exporter.config import Job, files_digest
 from exporter.digests import sha256
 from verifiers.errors import BadInput
 from verifiers.report import Report, library_versions
+from verifiers.target_matrix import packaged_matrix_path
 from verifiers.writers import json_report
 
 REPORT_FILE = "report.json"
@@ -92,6 +94,7 @@ class JobCache:
             "files": files_digest(job.files),
             "matrix": files_digest((job.matrix,)) if job.matrix else None,
             "versions": library_versions(), "python": sys.version,
+            "exportgate": code_digest(Path(__file__).parent.parent),
         }
         return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
 
@@ -141,6 +144,19 @@ class JobCache:
             os.replace(staged, self.folder / key)
         except OSError:  # another run stored the same key meanwhile: theirs stands
             shutil.rmtree(staged, ignore_errors=True)
+
+
+@functools.cache
+def code_digest(root: Path) -> str:
+    """SHA-256 of exportgate's code under `root` (exporter/ and verifiers/, sources only) and of its
+    target matrix: a result made by other code is not reused, whatever the version string says
+    (a source checkout changes under the same one)."""
+    sources = sorted(p.relative_to(root) for package in ("exporter", "verifiers") for p in (root / package).rglob("*.py"))
+    digest = hashlib.sha256()
+    for name in sources:
+        digest.update(str(name).encode() + b"\0" + (root / name).read_bytes())
+    digest.update(files_digest((packaged_matrix_path(),)).encode())
+    return digest.hexdigest()
 
 
 def _artifact_files(report: Report) -> dict[str, str]:

@@ -120,6 +120,24 @@ def test_a_change_in_a_module_or_a_file_the_model_read_is_not_reused(tmp_path):
     assert runs.run(config, out_dir=out, cache_dir=cache).reused == 1
 
 
+def test_the_cache_key_follows_exportgates_own_code_not_its_bytecode(tmp_path):
+    """A source checkout changes under one version string: its code is part of the key."""
+    import shutil
+
+    from exporter.jobs import code_digest
+    from tests.conftest import REPO
+
+    for package in ("exporter", "verifiers"):
+        shutil.copytree(REPO / package, tmp_path / package)
+    assert code_digest(tmp_path) == code_digest(REPO)
+    (tmp_path / "verifiers/__pycache__").mkdir(exist_ok=True)
+    (tmp_path / "verifiers/__pycache__/stale.cpython-311.pyc").write_bytes(b"bytecode")
+    assert code_digest.__wrapped__(tmp_path) == code_digest(REPO)
+    with open(tmp_path / "verifiers/gelu/catalogue.py", "a") as catalogue:
+        catalogue.write("# one more line\n")
+    assert code_digest.__wrapped__(tmp_path) != code_digest(REPO)
+
+
 def test_plan_then_shards_then_merge_is_the_local_run(tmp_path):
     config = write_config(tmp_path, FAST_CONFIG)
     ids = runs.plan(config)["jobs"]
