@@ -29,7 +29,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,7 +79,7 @@ def job_folder(out_dir: Path, job: Job) -> Path:
 
 
 class StaleEntry(Exception):
-    """A cache entry whose artifact changed after it was stored."""
+    """A cache entry whose artifact, or a file its model was built from, changed after it was stored."""
 
 
 class JobCache:
@@ -151,12 +151,8 @@ def code_digest(root: Path) -> str:
     """SHA-256 of exportgate's code under `root` (exporter/ and verifiers/, sources only) and of its
     target matrix: a result made by other code is not reused, whatever the version string says
     (a source checkout changes under the same one)."""
-    sources = sorted(p.relative_to(root) for package in ("exporter", "verifiers") for p in (root / package).rglob("*.py"))
-    digest = hashlib.sha256()
-    for name in sources:
-        digest.update(str(name).encode() + b"\0" + (root / name).read_bytes())
-    digest.update(files_digest((packaged_matrix_path(),)).encode())
-    return digest.hexdigest()
+    sources = sorted(p for package in ("exporter", "verifiers") for p in (root / package).rglob("*.py"))
+    return files_digest((*sources, packaged_matrix_path()))
 
 
 def _artifact_files(report: Report) -> dict[str, str]:
@@ -178,24 +174,27 @@ def _link_or_copy(source: Path, target: Path) -> None:
         shutil.copy2(source, target)
 
 
-def _changed_source_file(report: Report) -> str | None:
+def _changed_source_file(report: Report) -> Path | None:
     """The first file the source model was built from (the user's modules it imported, the files it
     read) that is gone or no longer hashes to what the report records, if any. The cache key
     covers the spec file and the config's `files`; these are what the load itself touched."""
-    for recorded in report.source_files:
-        path = Path(recorded["path"])
-        try:
-            if sha256(path) != recorded["sha256"]:
-                return str(path)
-        except OSError:
-            return str(path)
-    return None
+    return _first_changed((Path(recorded["path"]), recorded["sha256"]) for recorded in report.source_files)
 
 
 def _artifact_intact(report: Report, entry: Path) -> bool:
     """Whether the artifact files of a cached report still hash to the digests it records."""
-    return all((entry / name).is_file() and sha256(entry / name) == digest
-               for name, digest in _artifact_files(report).items())
+    return _first_changed((entry / name, digest) for name, digest in _artifact_files(report).items()) is None
+
+
+def _first_changed(recorded: Iterable[tuple[Path, str]]) -> Path | None:
+    """The first file that is gone or no longer has its recorded SHA-256."""
+    for path, digest in recorded:
+        try:
+            if sha256(path) != digest:
+                return path
+        except OSError:
+            return path
+    return None
 
 
 def report_is_cacheable(report: Report) -> bool:

@@ -40,6 +40,12 @@ def write_config(folder, text):
     return path
 
 
+def beside_the_mlp(name, spec):
+    """A config of model `name` and the faithful MLP, both to ONNX at opset 17."""
+    return (f'[models.{name}]\nspec = "{spec}"\n\n[models.mlp]\nspec = "{TORCH_MODELS}:mlp_exact"\n\n'
+            '[artifacts.onnx17]\nto = "onnx"\nopset = 17\n')
+
+
 def verdicts(result):
     return {name: report.exit_code for name, report in result.jobs}
 
@@ -180,17 +186,7 @@ def test_a_bad_field_is_one_line_naming_job_and_field_and_nothing_runs(tmp_path,
 def test_a_job_that_crashes_is_that_jobs_failure(tmp_path):
     crashing = tmp_path / "crash.py"
     crashing.write_text("import os, torch\n\ndef build():\n    os.abort()\n")
-    config = write_config(tmp_path, f"""
-[models.crash]
-spec = "crash.py:build"
-
-[models.mlp]
-spec = "{TORCH_MODELS}:mlp_exact"
-
-[artifacts.onnx17]
-to = "onnx"
-opset = 17
-""")
+    config = write_config(tmp_path, beside_the_mlp("crash", "crash.py:build"))
     result = runs.run(config, out_dir=tmp_path / "out", workers=2, cache=False)
     assert verdicts(result) == {"crash/onnx17": 4, "mlp/onnx17": 0}
     [finding] = result.jobs[0][1].failures
@@ -199,17 +195,7 @@ opset = 17
 
 
 def test_a_job_past_its_time_limit_fails_alone(tmp_path):
-    config = write_config(tmp_path, f"""
-[models.stalled]
-spec = "{TORCH_MODELS}:stalled_mlp"  # its export stalls for 20 s
-
-[models.mlp]
-spec = "{TORCH_MODELS}:mlp_exact"
-
-[artifacts.onnx17]
-to = "onnx"
-opset = 17
-""")
+    config = write_config(tmp_path, beside_the_mlp("stalled", f"{TORCH_MODELS}:stalled_mlp"))  # stalls for 20 s
     result = runs.run(config, out_dir=tmp_path / "out", workers=2, cache=False, job_timeout=8)
     assert verdicts(result) == {"mlp/onnx17": 0, "stalled/onnx17": 4}
     [finding] = result.jobs[1][1].failures
