@@ -102,12 +102,13 @@ def load_source(
         framework.prepare()  # before a user's file imports the framework
     input_specs = list(input_specs or [])
     path_text, sep, attr = spec.rpartition(":")
+    spec_file = Path(path_text if sep and path_text.endswith(".py") else spec)
     with recording() as files:
         if sep and path_text.endswith(".py"):
-            model, example = _call_builder(Path(path_text), attr)
+            model, example = _call_builder(spec_file, attr)
             framework = framework_for_object(model)
         else:
-            path = Path(spec)
+            path = spec_file
             if not path.exists():
                 raise BadInput(f"{spec}: no such file")
             framework = framework_for_file(path)
@@ -115,7 +116,8 @@ def load_source(
                 raise BadInput(f"{spec}: {framework.load_runs_code}; pass --trust-source to load a file you trust")
             model, example = framework.load_file(path), None
     source = framework.make_source(spec, model, example, input_specs, default_inputs or list)
-    source.files = files
+    # The spec file always: a module loaded before in this process may be re-run from its bytecode.
+    source.files = sorted({*files, spec_file.resolve()})
     return source
 
 
