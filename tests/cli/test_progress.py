@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 from fixtures.specs import torch_model
-from tests.conftest import REPO
+from tests.conftest import child_env
 
 STEP_LINE = re.compile(r"^exportgate: \d\d:\d\d:\d\d \S")
 
@@ -30,7 +30,7 @@ def test_a_terminal_gets_the_step_and_a_bar_of_the_gelu_probes(tmp_path):
     process = subprocess.Popen(
         [sys.executable, "-c", "from exporter.cli import main; main()", "export", torch_model("mlp_exact"), "--to",
          "onnx", "--opset", "17", "--out", "m.onnx"], stdin=terminal, stdout=terminal, stderr=terminal, cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(REPO), "TERM": "xterm-256color", "COLUMNS": "140"})
+        env=child_env(TERM="xterm-256color", COLUMNS="140"))
     os.close(terminal)
     shown = b""
     while True:

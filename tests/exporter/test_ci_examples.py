@@ -14,7 +14,7 @@ import pytest
 import yaml
 from junitparser import JUnitXml
 
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, child_env, run_cli
 
 EXAMPLES = REPO / "examples"
 
@@ -28,10 +28,8 @@ def checkout(root: Path) -> Path:
 
 
 def shell(command: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
-    environment = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-                   "PYTHONPATH": str(REPO), "XDG_CACHE_HOME": str(cwd / ".cache"), **env}
-    environment.pop("GITHUB_ACTIONS", None)
-    environment.pop("GITHUB_STEP_SUMMARY", None)
+    environment = child_env(PATH=f"{Path(sys.executable).parent}{os.pathsep}{child_env()['PATH']}",
+                            XDG_CACHE_HOME=str(cwd / ".cache"), **env)
     return subprocess.run(["bash", "-c", command], cwd=cwd, env=environment, capture_output=True, text=True,
                           timeout=1200)
 

@@ -18,6 +18,7 @@ from onnx import TensorProto, helper
 
 from verifiers.target_matrix import load_targets
 from fixtures import make_broken_tflite as mbt
+from tests.conftest import child_env
 from verifiers.report import Report
 from verifiers.target_check import check_artifact, to_findings
 from verifiers.target_facts import Incompatibility, gap_op_and_dtypes, version_greater
@@ -131,7 +132,6 @@ def _keras_conversion(layer, **settings) -> bytes:
 
 
 def _build_tflite(name: str) -> bytes:
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     if name == "gelu":  # Activation('gelu'): the GELU builtin, op version 1
         return mbt.faithful_conversion("functional_activation")
     import keras
@@ -379,5 +379,5 @@ def test_no_tensorflow_or_torch_import(tflite_file, onnx_file):
         assert not bad, bad
     """)
     result = subprocess.run([sys.executable, "-c", code], check=False, cwd=REPO, capture_output=True, text=True, timeout=120,
-                            env={**os.environ, "PYTHONPATH": str(REPO)})
+                            env=child_env())
     assert result.returncode == 0, result.stderr[-2000:]

@@ -196,8 +196,10 @@ def test_the_catalogue_imports_with_the_standard_library_only():
     import sys
     from pathlib import Path
 
+    from tests.conftest import child_env
+
     code = ("import sys; import verifiers.gelu.catalogue as c; c.FLAVOURS; "
             "print(sorted(m for m in ('numpy', 'onnx', 'onnxruntime') if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=60,
-                            cwd=str(Path(__file__).resolve().parents[3]))
+                            cwd=str(Path(__file__).resolve().parents[3]), env=child_env())
     assert result.stdout.strip() == "[]", result.stderr

@@ -1,9 +1,5 @@
 """The Keras GELU site finder on real Keras 3 models, read from their traced TF graph."""
 
-import os
-
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-
 import keras
 import pytest
 import tensorflow as tf

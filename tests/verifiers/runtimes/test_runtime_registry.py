@@ -33,13 +33,13 @@ def plugin_path(tmp_path):
     return dist.parent
 
 
-def test_verify_runtime_runs_the_artifact_in_the_named_runtime(cli, tmp_path, exported, plugin_path, monkeypatch):
+def test_verify_runtime_runs_the_artifact_in_the_named_runtime(cli, tmp_path, exported, plugin_path):
     runs = tmp_path / "runs"
     runs.mkdir()
-    monkeypatch.setenv("EXPORTGATE_TEST_RUNS", str(runs))
+    counted = {"EXPORTGATE_TEST_RUNS": str(runs)}
     prelude = f"import sys; sys.path.insert(0, {str(plugin_path)!r})"
     named = cli("verify", exported, "--source", torch_model("mlp_exact"), "--runtime", "counting-onnxruntime",
-                "--report", "named.json", prelude=prelude)
+                "--report", "named.json", prelude=prelude, env=counted)
     assert named.returncode == 0, named.stderr
     report = json.loads((tmp_path / "named.json").read_text())
     assert report["runtime"] == "counting-onnxruntime" and report["verdict"] == "pass"
@@ -52,7 +52,7 @@ def test_verify_runtime_runs_the_artifact_in_the_named_runtime(cli, tmp_path, ex
     for leftover in runs.iterdir():
         leftover.unlink()
     default = cli("verify", exported, "--source", torch_model("mlp_exact"), "--report", "default.json",
-                  prelude=prelude)
+                  prelude=prelude, env=counted)
     assert default.returncode == 0, default.stderr
     assert json.loads((tmp_path / "default.json").read_text())["runtime"] == "onnxruntime"
     assert list(runs.iterdir()) == []
