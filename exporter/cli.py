@@ -20,6 +20,7 @@ from typing import Annotated, Optional
 import typer
 
 from verifiers.errors import ExportgateError, Terminated
+from verifiers.quiet import hide_framework_logs, show_framework_output
 from verifiers.writers import job_name
 
 app = typer.Typer(
@@ -121,6 +122,23 @@ def _interruptible() -> Iterator[None]:
         raise typer.Exit(130) from None
 
 
+@contextlib.contextmanager
+def _stdout_for_the_report() -> Iterator[None]:
+    """While a command loads and runs the user's model, what it prints goes to stderr (Python's
+    print) or where native writes to descriptor 2 go (its native writes to descriptor 1): stdout
+    carries exportgate's report alone (--json)."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def _runtime_limits(timeout: float | None, memory_gib: float | None):
     """The limits of the runtime worker processes (verifiers.runtimes.isolation) for one command."""
     from verifiers.runtimes import isolation
@@ -185,7 +203,9 @@ def _options(
         "--verbose", help="Let the frameworks' and runtimes' own start-up and log lines through.")] = False,
 ) -> None:
     """Export PyTorch and Keras models to ONNX or TFLite, and prove each artifact faithful before it ships."""
-    if not verbose:
+    if verbose:
+        show_framework_output()
+    else:
         hide_framework_chatter()
 
 
@@ -193,7 +213,6 @@ def hide_framework_chatter() -> None:
     """Keep what TensorFlow, absl, oneDNN, LiteRT and torchao print on their own (native log lines
     on file descriptor 2, log records at import) off the terminal: exportgate's own lines and
     Python's stderr go to the real stderr, native writes to descriptor 2 go to a scratch file."""
-    import logging
     import tempfile
 
     sys.stderr.flush()
@@ -201,8 +220,7 @@ def hide_framework_chatter() -> None:
     scratch = tempfile.TemporaryFile()
     os.dup2(scratch.fileno(), 2)
     sys.stderr = os.fdopen(real, "w", buffering=1, encoding=sys.stderr.encoding, errors="backslashreplace")
-    for name in ("torchao", "torch.utils._pytree", "absl", "tensorflow"):
-        logging.getLogger(name).setLevel(logging.ERROR)
+    hide_framework_logs()
 
 
 @app.command()
@@ -245,7 +263,8 @@ def export(
     """Export MODEL, verify the artifact, and write it to --out only if it passes."""
     from exporter import api
 
-    with _interruptible(), _runtime_limits(timeout, memory_limit), _command_progress(quiet) as progress:
+    with _interruptible(), _stdout_for_the_report(), _runtime_limits(timeout, memory_limit), \
+            _command_progress(quiet) as progress:
         result = api.export(
             model, to=to, out=out, opset=opset, exporter=exporter, quantize=quantize, target=target, gelu=gelu,
             matrix=matrix, inputs=inputs, dynamic=dynamic, atol=atol,
@@ -283,7 +302,8 @@ def verify(
     """Run ARTIFACT and its source model on the same inputs and compare every output."""
     from exporter import api
 
-    with _interruptible(), _runtime_limits(timeout, memory_limit), _command_progress(quiet) as progress:
+    with _interruptible(), _stdout_for_the_report(), _runtime_limits(timeout, memory_limit), \
+            _command_progress(quiet) as progress:
         result = api.verify(artifact, source=source, runtime=runtime, inputs=inputs, atol=atol, rtol=rtol, seed=seed,
                             batches=batches, gelu_guard=not no_gelu_guard, allow_nonfinite=allow_nonfinite,
                             trust_source=trust_source, reports=_reports(report, junit, html, summary), progress=progress)

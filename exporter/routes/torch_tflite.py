@@ -22,7 +22,6 @@ and output names instead.
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 from pathlib import Path
 
@@ -54,18 +53,15 @@ def _require_litert_torch():
 
 @contextlib.contextmanager
 def _litert_torch_quiet(litert_torch):
-    """No rich progress console and no root-logger warnings ("converted in training mode", x64)."""
+    """No rich progress console; its root-logger warnings ("converted in training mode", x64) are
+    the quiet exporter's to hide."""
     key = "LITERT_TORCH_SHOW_PROGRESS"
     saved = os.environ.get(key)
-    root = logging.getLogger()
-    level = root.level
     litert_torch.config.show_progress = False
-    root.setLevel(logging.ERROR)
     try:
         with quiet_exporter() as printed:
             yield printed
     finally:
-        root.setLevel(level)
         if saved is None:
             os.environ.pop(key, None)
         else:
