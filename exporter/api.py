@@ -407,7 +407,7 @@ def _verified_artifact(run: Verified) -> None:
     run.cleanups.callback(_report_artifact, run, _hash_in_background(run))
 
 
-def _report_artifact(run: Verified, digests: Digests) -> None:
+def _report_artifact(run: Verified | Checking, digests: Digests) -> None:
     try:
         run.report.artifact = artifact_info(run.artifact, digests=digests)
     except OSError as exc:
@@ -490,8 +490,9 @@ def _check_options(run: Checking) -> None:
 
 
 def _checked_artifact(run: Checking) -> None:
+    """The artifact's facts; its digests are hashed beside the target check and reported at the end."""
     _record_artifact(run, open_artifact(run.path))
-    run.report.artifact = artifact_info(run.artifact)
+    run.cleanups.callback(_report_artifact, run, _hash_in_background(run))
 
 
 CHECK_STEPS = (
@@ -514,7 +515,7 @@ def check(
 def inspect(artifact: str | Path) -> dict[str, Any]:
     """Format, opsets, op counts, inputs and outputs, and the GELU sites with their claimed and
     measured flavours, without importing torch or TensorFlow."""
-    return describe_artifact(open_artifact(artifact))
+    return describe_artifact(artifact)
 
 
 def targets(matrix: str | Path | None = None) -> list[dict[str, Any]]:

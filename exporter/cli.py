@@ -322,6 +322,9 @@ def check(
     summary: SummaryOption = None,
 ) -> None:
     """List every incompatibility of ARTIFACT with a target: exit 4 when there is any, 0 when none."""
+    from exporter.digests import hash_ahead
+
+    hash_ahead(artifact)  # the report's SHA-256 is hashed while the rest imports and the check runs
     from exporter import api
 
     with _interruptible():
@@ -488,10 +491,13 @@ def inspect(
     memory_limit: MemoryOption = None,
 ) -> None:
     """Show an artifact's format, opsets, op counts, inputs and outputs, and its GELU sites."""
-    from exporter import api
-    from verifiers.formats import FORMATS
+    from verifiers.runtimes.isolation import start_spare
 
     with _interruptible(), _runtime_limits(timeout, memory_limit):
+        start_spare()  # the runtime worker that measures the GELU sites starts while the rest imports
+        from exporter import api
+        from verifiers.formats import FORMATS
+
         info = api.inspect(artifact)
     if as_json:
         typer.echo(json.dumps(info, indent=2))

@@ -16,21 +16,39 @@ from pathlib import Path
 
 class Digests:
     """SHA-256 of `paths`, each started now in a daemon thread (an interrupted run does not wait
-    for it). A file that changed since (size or modification time) is hashed again when asked."""
+    for it) unless `hash_ahead` started it. A file that changed since (size or modification time)
+    is hashed again when asked."""
 
     def __init__(self, paths: Iterable[Path]):
         self._started: dict[Path, tuple[tuple[int, int], Future]] = {}
         for path in map(Path, paths):
-            future: Future = Future()
-            self._started[path] = (_stamp(path), future)
-            threading.Thread(target=_hash_into, args=(path, future), daemon=True,
-                             name=f"exportgate-sha256-{path.name}").start()
+            ahead = _AHEAD.pop(path.resolve(), None)
+            self._started[path] = ahead if ahead is not None and ahead[0] == _stamp(path) else _start(path)
 
     def sha256(self, path: Path) -> str:
         started = self._started.get(Path(path))
         if started is not None and started[0] == _stamp(path):
             return started[1].result()
         return sha256(path)
+
+
+_AHEAD: dict[Path, tuple[tuple[int, int], Future]] = {}  # hash_ahead's, by resolved path
+
+
+def hash_ahead(path: Path) -> None:
+    """Start hashing a file now, before anything asks for its digest: the next Digests of it (same
+    size and modification time) takes the hash under way. Nothing happens for a path that is not a
+    regular file (the command reports that itself)."""
+    path = Path(path)
+    if path.is_file():
+        _AHEAD[path.resolve()] = _start(path)
+
+
+def _start(path: Path) -> tuple[tuple[int, int], Future]:
+    future: Future = Future()
+    stamp = _stamp(path)
+    threading.Thread(target=_hash_into, args=(path, future), daemon=True, name=f"exportgate-sha256-{path.name}").start()
+    return stamp, future
 
 
 def sha256(path: Path) -> str:

@@ -13,7 +13,7 @@ import numpy as np
 
 from verifiers.compare import Tolerances, compare_outputs, match_outputs
 from verifiers.errors import BadInput, ExportgateError, one_line
-from verifiers.formats import Artifact, described, measured_sites, opened
+from verifiers.formats import Artifact, detect_format, measured_sites, opened
 from verifiers.report import Report
 from verifiers.steps import Progress, count, silent
 from verifiers.runtimes import InvalidArtifact, Runner, open_runner, run_model, runtime_for
@@ -30,13 +30,19 @@ def load_runner(artifact: Artifact, runtime: str | None = None, wait: bool = Tru
     return open_runner(artifact.format.name, artifact.path, runtime, wait=wait)
 
 
-def describe_artifact(artifact: Artifact, runtime: str | None = None) -> dict[str, Any]:
+def describe_artifact(path: str | Path, runtime: str | None = None) -> dict[str, Any]:
     """Format, opsets or runtime version, op counts, inputs and outputs, and the GELU sites with
-    their claimed and measured flavours (no torch or TensorFlow import; the measuring runs in a
-    runtime worker)."""
-    runner = runtime_for(artifact.format.name, runtime)
-    return isolation.call(described, artifact.format.name, artifact.path, runner, runtime=runner.runtime,
-                          step="measuring the artifact's GELU sites")
+    their claimed and measured flavours, without importing torch or TensorFlow. The file is read
+    here, without a runtime session; only the GELU probes cut out of it run, in a runtime worker
+    started first (it imports the runtime while the file is read)."""
+    from verifiers.gelu.inventory import describe_sites
+
+    fmt = detect_format(path)
+    with isolation.ProbesInWorker(runtime_for(fmt.name, runtime)) as probes:
+        artifact = fmt.open(path)
+        info = artifact.describe()
+        info["gelu"] = describe_sites(artifact.activation_sites(probes))
+    return info
 
 
 def artifact_inventory(artifact: Artifact, runner: Runner, progress: Progress = silent) -> list:

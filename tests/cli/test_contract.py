@@ -161,9 +161,11 @@ def test_inspect_does_not_import_torch_or_tensorflow(cli, tmp_path):
     assert info["opset"] == 20 and info["inputs"][0]["shape"] == [2, 8, 32] and info["op_counts"]["Gelu"] == 1
 
 
+# The runtime itself included: inspect reads the file in its own process and runs only the GELU
+# probes, in a runtime worker; check needs no runtime at all.
 UNUSED_ON_AN_ONNX_FILE = ("exporter.routes.torch_onnx", "exporter.routes.keras_onnx", "exporter.routes.keras_tflite",
                           "exporter.routes.torch_tflite", "exporter.frameworks.torch_framework",
-                          "exporter.frameworks.keras_framework", "verifiers.runtimes.litert_runner")
+                          "exporter.frameworks.keras_framework", "verifiers.runtimes.litert_runner", "onnxruntime")
 
 
 def test_inspect_and_check_import_no_route_framework_or_format_they_do_not_use(cli, tmp_path):

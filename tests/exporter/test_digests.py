@@ -18,3 +18,19 @@ def test_digests_are_the_files_sha256_and_follow_a_file_that_changed_since(tmp_p
     other = tmp_path / "other.bin"
     other.write_bytes(b"never started")
     assert digests.sha256(other) == hashlib.sha256(b"never started").hexdigest()
+
+
+def test_a_hash_started_ahead_is_taken_while_the_file_stays_as_it_was(tmp_path):
+    from exporter import digests as module
+
+    kept, changed = tmp_path / "kept.onnx", tmp_path / "changed.onnx"
+    kept.write_bytes(os.urandom(2 << 20))
+    changed.write_bytes(os.urandom(2 << 20))
+    module.hash_ahead(kept)
+    module.hash_ahead(changed)
+    module.hash_ahead(tmp_path / "missing.onnx")  # nothing to hash: the command reports it
+    changed.write_bytes(b"rewritten before anything asked for its digest")
+    digests = Digests([kept, changed])
+    assert module._AHEAD == {}  # both taken: a later Digests starts its own
+    assert digests.sha256(kept) == hashlib.sha256(kept.read_bytes()).hexdigest()
+    assert digests.sha256(changed) == hashlib.sha256(b"rewritten before anything asked for its digest").hexdigest()

@@ -149,11 +149,3 @@ def measured_sites(fmt: str, path: Path, runner: type | None = None) -> list:
     return opened(fmt, path).activation_sites(runner)
 
 
-def described(fmt: str, path: Path, runner: type | None = None) -> dict[str, Any]:
-    """`describe()` plus the GELU sites as inspect lists them (for a runtime worker)."""
-    from verifiers.gelu.inventory import describe_sites
-
-    artifact = opened(fmt, path)
-    info = artifact.describe()
-    info["gelu"] = describe_sites(artifact.activation_sites(runner))
-    return info

@@ -16,19 +16,15 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
-from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
 
 from verifiers.onnx_model import elem_types, iter_nodes, with_imported_domains
-from verifiers.runtimes import Runner, runtime_for
+from verifiers.runtimes import ProbeFailed, Runner, runtime_for
 from verifiers.runtimes.isolation import counted
 
 from .catalogue import UNKNOWN, Site
 from .classification import FLOAT16_TOLERANCE, FLOAT32_TOLERANCE, Classification, classify, probe_inputs
 from .onnx_graph import node_label
 from .onnx_sites import scalar_constants
-
-_ORT_ERRORS = (ort_state.Fail, ort_state.NotImplemented, ort_state.InvalidGraph,
-               ort_state.InvalidArgument, ort_state.RuntimeException)
 
 # Element types a site can be probed in, with the match tolerance for its outputs.
 _PROBE_TYPES = {
@@ -91,11 +87,6 @@ def probe_model(model: onnx.ModelProto | ModelIndex, site: Site, elem_type: int,
     return helper.make_model(graph, opset_imports=index.opset_import, ir_version=index.model.ir_version)
 
 
-def _run(probe: onnx.ModelProto, x: np.ndarray, runner: type[Runner]) -> np.ndarray:
-    session = runner.probe(probe.SerializeToString())
-    return session.run({session.inputs[0].name: x})[0]
-
-
 def fingerprint_site(model: onnx.ModelProto | ModelIndex, site: Site, elem_type: int,
                      output_type: int | None = None, runner: type[Runner] | None = None) -> Fingerprint:
     """Probe one site whose input (and output, when given) has the given ONNX element type, on the
@@ -109,8 +100,9 @@ def fingerprint_site(model: onnx.ModelProto | ModelIndex, site: Site, elem_type:
     tolerance = _PROBE_TYPES[output_type][1]
     x = probe_inputs(np_dtype).reshape(-1, 1)
     try:
-        y = _run(probe_model(model, site, elem_type, output_type), x, runner or runtime_for("onnx"))
-    except _ORT_ERRORS as error:
+        probe = probe_model(model, site, elem_type, output_type).SerializeToString()
+        y = (runner or runtime_for("onnx")).run_probe(probe, x)
+    except ProbeFailed as error:
         first_line = str(error).splitlines()[0]
         return Fingerprint(site, type_name, Classification(UNKNOWN, {}, False, f"probe did not run: {first_line}"))
     return Fingerprint(site, type_name, classify(x, y, tolerance))

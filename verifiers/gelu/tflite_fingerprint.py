@@ -143,8 +143,7 @@ def pack(model) -> bytes:
 def run_probe(content: bytes, x: np.ndarray, xnnpack: bool = False, runner: type[Runner] | None = None) -> np.ndarray:
     """Run a one-input probe model on x in `runner`'s runtime (the TFLite default when None) with
     the plain builtin kernels (or the XNNPACK default)."""
-    interpreter = (runner or runtime_for("tflite")).probe(content, "xnnpack" if xnnpack else "builtin")
-    return np.array(interpreter.run({interpreter.inputs[0].name: x})[0])
+    return np.array((runner or runtime_for("tflite")).run_probe(content, x, "xnnpack" if xnnpack else "builtin"))
 
 
 def fingerprint_site(graph: TFLiteGraph, site: Site, runner: type[Runner] | None = None) -> TFLiteFingerprint:

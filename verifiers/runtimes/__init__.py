@@ -8,7 +8,8 @@ maps input names to arrays and returns the outputs of every variant (way the run
 
 The first runtime registered for a format runs its artifacts by default; `verify --runtime NAME`
 picks another registered for the same format. `Runner.probe` makes a runner for a probe model (one
-GELU site cut out of an artifact), so the GELU guard measures in the runtime that runs the artifact. A new runtime is one module and one line in RUNTIMES
+GELU site cut out of an artifact) and `Runner.run_probe` runs one, so the GELU guard measures in the
+runtime that runs the artifact. A new runtime is one module and one line in RUNTIMES
 (or, outside exportgate, an entry point in the "exportgate.runtimes" group).
 """
 
@@ -17,11 +18,13 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from verifiers.errors import BadInput, ExportgateError
 from verifiers.registry import LazyRegistry
+
+if TYPE_CHECKING:  # arrays pass through; a worker imports numpy with its runtime, not before
+    import numpy as np
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,11 @@ class InvalidArtifact(ExportgateError):
     export, the exporter wrote something broken and the route reports it."""
 
     kind = "input"
+
+
+class ProbeFailed(Exception):
+    """The runtime would not build or run a GELU probe (its own error, first line): that site's
+    measurement is inconclusive and the verdict rests on the site's structure."""
 
 
 class Runner:
@@ -55,6 +63,13 @@ class Runner:
         """A runner for a probe model, running it as written (no graph rewrites, one thread) in one
         variant (the first when None); the runtime's own errors are raised as they are."""
         raise NotImplementedError(f"{cls.runtime} cannot run GELU probes")
+
+    @classmethod
+    def run_probe(cls, model: bytes, x: np.ndarray, variant: str | None = None) -> np.ndarray:
+        """The first output of a probe model (see `probe`) fed `x` at its one input; a runtime that
+        tells its refusals apart from other errors raises ProbeFailed for them."""
+        runner = cls.probe(model, variant)
+        return runner.run({runner.inputs[0].name: x})[0]
 
     def run(self, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
         raise NotImplementedError

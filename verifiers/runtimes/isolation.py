@@ -9,6 +9,10 @@ probes, the sensitivity run, inspect's measurements) goes through here:
   IsolatedRunner(runner_class, model)       a Runner whose loads and runs happen in one worker
   start_early(runner_class)                 the next IsolatedRunner's worker, started now: it
                                             imports the runtime while the caller goes on
+  ProbesInWorker(runner_class)              runner_class.run_probe in a worker started now: the
+                                            caller reads the artifact and builds the probes
+  start_spare()                             a worker for whichever runtime asks first, started
+                                            before the command knows which (inspect's)
 
 The worker is a fresh interpreter (no fork of a process holding torch or TensorFlow threads), with
 an address-space limit (RLIMIT_AS) and a time limit per step; both come from `LIMITS`, which
@@ -27,12 +31,13 @@ import time
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Callable
 
 from verifiers.errors import ExportgateError, one_line
 from verifiers.runtimes import InvalidArtifact, Runner, TensorInfo
+
+if TYPE_CHECKING:  # arrays pass through; a worker imports numpy with its runtime, not before
+    import numpy as np
 
 
 def physical_memory() -> int:
@@ -317,21 +322,81 @@ def start_early(runner_class: type[Runner]) -> Callable[[], None]:
 def _import_runtime(runner_class: type[Runner]) -> None:
     """In a worker: import what the runner's loads import (its class came with its module); what
     is missing is left for the load to report."""
+    _import_modules(runner_class.imports)
+
+
+def _import_modules(modules: tuple[str, ...]) -> None:
     import importlib
 
-    for module in runner_class.imports:
+    for module in modules:
         try:
             importlib.import_module(module)
         except ImportError:
             return
 
 
+class ProbesInWorker:
+    """`runner_class.run_probe` run in a worker of its own, started now: it imports the runtime
+    while the caller reads the artifact and cuts the GELU probes out of it, so a command that only
+    measures GELU sites (inspect) runs no more than the probes in native code and waits for no
+    start-up. Passed where a runner class is (`Artifact.activation_sites(runner)`)."""
+
+    def __init__(self, runner_class: type[Runner]):
+        self.runner_class = runner_class
+        self.runtime, self.formats = runner_class.runtime, runner_class.formats
+        self._worker = _worker_for(runner_class.runtime)
+        self._worker.send_ahead(f"starting {runner_class.runtime}", "call", _import_runtime, (runner_class,))
+
+    def run_probe(self, model: bytes, x: np.ndarray, variant: str | None = None) -> np.ndarray:
+        return self._worker.request("running a GELU probe", "call", _run_probe, (self.runner_class, model, x, variant))
+
+    def close(self) -> None:
+        """Let the worker go (without waiting for it to exit)."""
+        self._worker.dismiss()
+
+    def __enter__(self) -> ProbesInWorker:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+def _run_probe(runner_class: type[Runner], model: bytes, x: np.ndarray, variant: str | None) -> np.ndarray:
+    return runner_class.run_probe(model, x, variant)
+
+
+_SPARE: list[_Worker] = []  # a worker started before any runtime was named (start_spare)
+
+
+def start_spare() -> None:
+    """Start a worker now that the first runtime to need one and have none started early takes:
+    a command that knows it will run a runtime but not yet which (inspect, before it has parsed its
+    options or read the file) has the worker's start-up overlap its own. One left unclaimed is
+    dismissed when the process ends."""
+    import atexit
+
+    if not _SPARE:
+        spare = _Worker("a runtime")
+        spare.send_ahead("starting", "call", _import_modules, (("numpy",),))  # what every runtime's arrays need
+        _SPARE.append(spare)
+        atexit.register(_dismiss_spare)
+
+
+def _dismiss_spare() -> None:
+    while _SPARE:
+        _SPARE.pop().dismiss()
+
+
 def _worker_for(runtime: str) -> _Worker:
-    """The worker started early for `runtime`, when it is alive and under today's limits; else a new one."""
-    worker = _EARLY.pop(runtime, None)
-    if worker is not None and worker.alive() and worker.limits == LIMITS.get():
-        return worker
-    if worker is not None:
+    """The worker started early for `runtime` or the spare, when it is alive and under today's
+    limits; else a new one."""
+    for take in (lambda: _EARLY.pop(runtime, None), lambda: _SPARE.pop() if _SPARE else None):
+        worker = take()
+        if worker is None:
+            continue
+        if worker.alive() and worker.limits == LIMITS.get():
+            worker.runtime = runtime
+            return worker
         worker.close()
     return _Worker(runtime)
 

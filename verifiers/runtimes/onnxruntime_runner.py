@@ -7,13 +7,12 @@ weights, where they lie on disk) from `data_folder`.
 
 from __future__ import annotations
 
-from importlib import metadata
 from pathlib import Path
 
 import numpy as np
 
 from verifiers.errors import Incompatible, one_line
-from verifiers.runtimes import InvalidArtifact, Runner, TensorInfo
+from verifiers.runtimes import InvalidArtifact, ProbeFailed, Runner, TensorInfo
 
 _ORT_TYPES = {
     "tensor(float)": "float32",
@@ -60,7 +59,7 @@ class OnnxRuntimeRunner(Runner):
             message = one_line(exc)
             if any(marker in message.lower() for marker in _RUNTIME_TOO_OLD):
                 raise Incompatible(
-                    f"onnxruntime {metadata.version('onnxruntime')} cannot load {self.path.name}: {message}"
+                    f"onnxruntime {_version()} cannot load {self.path.name}: {message}"
                 ) from exc
             raise InvalidArtifact(f"{self.path}: onnxruntime cannot load it: {message}") from exc
         self.inputs = [_info(i) for i in self.session.get_inputs()]
@@ -83,6 +82,16 @@ class OnnxRuntimeRunner(Runner):
         runner.outputs = [_info(o) for o in runner.session.get_outputs()]
         return runner
 
+    @classmethod
+    def run_probe(cls, model: bytes, x: np.ndarray, variant: str | None = None) -> np.ndarray:
+        from onnxruntime.capi import onnxruntime_pybind11_state as state
+
+        try:
+            return super().run_probe(model, x, variant)
+        except (state.Fail, state.NotImplemented, state.InvalidGraph, state.InvalidArgument,
+                state.RuntimeException) as exc:
+            raise ProbeFailed(str(exc).splitlines()[0]) from exc
+
     @staticmethod
     def _check_file(path: Path) -> None:
         import onnx
@@ -101,3 +110,9 @@ class OnnxRuntimeRunner(Runner):
 
 def _info(arg) -> TensorInfo:
     return TensorInfo(arg.name, list(arg.shape), _ORT_TYPES.get(arg.type, arg.type))
+
+
+def _version() -> str:
+    from importlib import metadata
+
+    return metadata.version("onnxruntime")

@@ -139,3 +139,25 @@ def test_a_tanh_written_with_exp_that_overflows_in_the_tail_is_a_change(handmade
     assert report.exit_code == 3
     [entry] = report.gelu
     assert entry["status"] == "changed" and "NaN at x=" in entry["message"]
+
+
+def _float64_contrib_gelu():
+    """com.microsoft Gelu on float64, which onnxruntime has no kernel for (it expands to an Erf it
+    cannot run in double)."""
+    node = helper.make_node("Gelu", ["x"], ["y"], domain="com.microsoft")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.DOUBLE, [2, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.DOUBLE, [2, 8])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+
+
+def test_a_probe_the_runtime_refuses_is_inconclusive_in_process_and_through_a_worker():
+    from verifiers.runtimes import runtime_for
+    from verifiers.runtimes.isolation import ProbesInWorker
+
+    model = _float64_contrib_gelu()
+    sites = find_gelu_sites(model)
+    with ProbesInWorker(runtime_for("onnx")) as in_worker:
+        for runner in (None, in_worker):
+            [fp] = fingerprint_sites(model, sites, runner)
+            assert (fp.measured, fp.classification.confident, fp.dtype) == (UNKNOWN, False, "float64")
+            assert fp.classification.note.startswith("probe did not run: [ONNXRuntimeError]")
