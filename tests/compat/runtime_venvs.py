@@ -29,19 +29,30 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 READY = ".exportgate-ready"
-# pip output that means the package cannot be had here (not a bug in the request).
+# pip output that means the index has no distribution of the package for this interpreter and
+# platform: it cannot be installed here.
 UNAVAILABLE_PATTERNS = (
     "No matching distribution found",
     "Could not find a version that satisfies",
+)
+# pip output that means it did not reach the index: pip then also says it found no distribution,
+# but that says nothing about this machine, and the venv is simply not built yet.
+NETWORK_PATTERNS = (
     "Max retries exceeded",
     "NewConnectionError",
+    "ConnectTimeoutError",
+    "ReadTimeoutError",
+    "ProxyError",
+    "SSLError",
     "Temporary failure in name resolution",
     "Network is unreachable",
+    "Connection refused",
 )
 
 
 class Unavailable(Exception):
-    """The interpreter or a package cannot be had on this machine: the test skips."""
+    """The interpreter, or a distribution of a package for it, does not exist on this machine: the
+    test skips. A network error is not that: it fails (see _pip_install)."""
 
 
 @dataclass(frozen=True)
@@ -110,6 +121,10 @@ def _pip_install(python: str, requirements: tuple[str, ...], log: Path) -> None:
     log.write_text(f"$ {' '.join(cmd)}\n{result.stdout}\n{result.stderr}", encoding="utf-8")
     if result.returncode != 0:
         text = result.stdout + result.stderr
+        network = [line for line in text.splitlines() if any(p in line for p in NETWORK_PATTERNS)]
+        if network:
+            raise RuntimeError(f"pip install {' '.join(requirements)} could not reach the package index (the venv "
+                               f"is built once, then cached); see {log}: {_one_line(network[-1])}")
         if any(p in text for p in UNAVAILABLE_PATTERNS):
             errors = [line for line in text.splitlines() if line.startswith("ERROR")]
             raise Unavailable(_one_line(" ".join(errors) or text))

@@ -3,7 +3,10 @@
 cached venv of its own (runtime_venvs.py). Models are built here with torch / TensorFlow and
 run there in a subprocess.
 
-A test skips only when the interpreter or the package cannot be had on this machine.
+A test skips only when the interpreter or the package cannot be had on this machine (no such
+interpreter, no distribution for it); a network error while building a venv fails. Each test that
+checks a matrix claim checks the claim of the target whose runtime it runs, and says which fact it
+confirms (`confirms`): a target's confirmed_by_test is asserted by a run that checks those facts.
 """
 
 from __future__ import annotations
@@ -33,15 +36,8 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:Statistics for quantized inputs were expected"),
 ]
 
-# The facts the tests below check against the real runtime; each entry's confirmed_by_test in
-# opset_matrix.yaml records exactly these.
-CONFIRMED_BY_TESTS = {
-    "ort-1.16": {"max_opset", "gelu.gelu_op", "gelu.erf", "gelu.contrib_gelu"},
-    "ort-1.17": {"max_opset", "gelu.gelu_op", "gelu.erf", "gelu.contrib_gelu"},
-    "tflite-2.7": {"gelu.builtin", "gelu.builtin_int8", "gelu.tanh_chain", "gelu.sign_op"},
-    "tflite-2.8": {"gelu.builtin", "gelu.builtin_int8", "gelu.tanh_chain", "gelu.sign_op"},
-}
-ORT = {"ort-1.16": ORT_1_16, "ort-1.17": ORT_1_17}
+# Matrix target -> the runtime its tests run in.
+RUNTIMES = {"ort-1.16": ORT_1_16, "ort-1.17": ORT_1_17, "tflite-2.7": TFLITE_2_7, "tflite-2.8": TFLITE_2_8}
 
 X = np.array([-5.0, -1.0, 0.5, 2.0], dtype=np.float32)
 ERF = np.array([math.erf(v) for v in X / math.sqrt(2)], dtype=np.float32)
@@ -60,6 +56,15 @@ def venv_of(spec: RuntimeSpec):
         return runtime_venv(spec)
     except Unavailable as exc:
         pytest.skip(f"{spec.describe()} cannot be had here: {exc}")
+
+
+def confirms(fact: str, *targets: str):
+    """The test checks `fact` of each target's matrix entry against that target's runtime: it runs
+    once per target (argument `target`)."""
+    def mark(test):
+        test.confirms = (fact, targets)
+        return pytest.mark.parametrize("target", targets)(test)
+    return mark
 
 
 def refusal(result, stage: str = "load") -> str:
@@ -117,32 +122,36 @@ def test_mlp_exports_are_what_the_tests_assume(mlp_exports):
     assert all(onnx.load(str(p)).ir_version <= 9 for p in paths.values())
 
 
-@pytest.mark.parametrize("target", sorted(ORT))
+@confirms("max_opset", "ort-1.16", "ort-1.17")
 def test_ort_max_opset(target, shipped, tmp_path):
-    spec, max_opset = ORT[target], shipped[target].max_opset
+    spec, max_opset = RUNTIMES[target], shipped[target].max_opset
     assert run_onnx(spec, one_node_model("Relu", max_opset), tmp_path, X).ok
     error = refusal(run_onnx(spec, one_node_model("Relu", max_opset + 1), tmp_path, X))
     assert f"Current official support for domain ai.onnx is till opset {max_opset}." in error
 
 
-def test_ort_1_16_refuses_the_gelu_20_export(shipped, mlp_exports):
-    assert shipped["ort-1.16"].gelu["gelu_op"] is False
+@confirms("gelu.gelu_op", "ort-1.16")
+def test_ort_1_16_refuses_the_gelu_20_export(target, shipped, mlp_exports):
+    assert shipped[target].gelu["gelu_op"] is False
     paths, x, _ = mlp_exports
-    error = refusal(run_model(venv_of(ORT_1_16), "onnx", paths[20], [x]))
+    error = refusal(run_model(venv_of(RUNTIMES[target]), "onnx", paths[20], [x]))
     assert "Opset 20 is under development" in error
     assert "Current official support for domain ai.onnx is till opset 19." in error
 
 
-def test_ort_1_16_refuses_a_one_node_gelu_20(tmp_path):
-    error = refusal(run_onnx(ORT_1_16, one_node_model("Gelu", 20, approximate="none"), tmp_path, X))
+@confirms("gelu.gelu_op", "ort-1.16")
+def test_ort_1_16_refuses_a_one_node_gelu_20(target, shipped, tmp_path):
+    assert shipped[target].gelu["gelu_op"] is False
+    error = refusal(run_onnx(RUNTIMES[target], one_node_model("Gelu", 20, approximate="none"), tmp_path, X))
     assert "till opset 19" in error
 
 
-def test_ort_1_17_runs_the_gelu_20_export_by_function_expansion(shipped, mlp_exports, tmp_path):
-    assert shipped["ort-1.17"].gelu["gelu_op"] is True
+@confirms("gelu.gelu_op", "ort-1.17")
+def test_ort_1_17_runs_the_gelu_20_export_by_function_expansion(target, shipped, mlp_exports, tmp_path):
+    assert shipped[target].gelu["gelu_op"] is True
     paths, x, expected = mlp_exports
     loaded = tmp_path / "as-loaded.onnx"
-    result = run_model(venv_of(ORT_1_17), "onnx", paths[20], [x], save_graph=loaded)
+    result = run_model(venv_of(RUNTIMES[target]), "onnx", paths[20], [x], save_graph=loaded)
     assert result.ok, str(result)
     np.testing.assert_allclose(result.outputs[0], expected, atol=1e-5, rtol=0)
     # No native kernel: the graph as loaded holds Gelu's function body (Erf ...), not Gelu.
@@ -150,27 +159,29 @@ def test_ort_1_17_runs_the_gelu_20_export_by_function_expansion(shipped, mlp_exp
     assert "Gelu" not in ops and "Erf" in ops, ops
 
 
-def test_ort_1_17_runs_one_node_gelu_20_both_flavours(tmp_path):
-    exact = run_onnx(ORT_1_17, one_node_model("Gelu", 20, approximate="none"), tmp_path, X)
-    tanh = run_onnx(ORT_1_17, one_node_model("Gelu", 20, approximate="tanh"), tmp_path, X)
+@confirms("gelu.gelu_op", "ort-1.17")
+def test_ort_1_17_runs_one_node_gelu_20_both_flavours(target, shipped, tmp_path):
+    assert shipped[target].gelu["gelu_op"] is True
+    exact = run_onnx(RUNTIMES[target], one_node_model("Gelu", 20, approximate="none"), tmp_path, X)
+    tanh = run_onnx(RUNTIMES[target], one_node_model("Gelu", 20, approximate="tanh"), tmp_path, X)
     assert exact.ok and tanh.ok, f"{exact} / {tanh}"
     np.testing.assert_allclose(exact.outputs[0], EXACT, atol=1e-6)
     np.testing.assert_allclose(tanh.outputs[0], TANH, atol=1e-6)
 
 
-@pytest.mark.parametrize("target", sorted(ORT))
+@confirms("gelu.erf", "ort-1.16", "ort-1.17")
 def test_ort_runs_the_opset_17_erf_export(target, shipped, mlp_exports):
     assert shipped[target].gelu["erf"] is True
     paths, x, expected = mlp_exports
-    result = run_model(venv_of(ORT[target]), "onnx", paths[17], [x])
+    result = run_model(venv_of(RUNTIMES[target]), "onnx", paths[17], [x])
     assert result.ok, str(result)
     np.testing.assert_allclose(result.outputs[0], expected, atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("target", sorted(ORT))
+@confirms("gelu.contrib_gelu", "ort-1.16", "ort-1.17")
 def test_ort_contrib_gelu_ops_run(target, shipped, tmp_path):
     assert shipped[target].gelu["contrib_gelu"] is True
-    spec, ms = ORT[target], "com.microsoft"
+    spec, ms = RUNTIMES[target], "com.microsoft"
     bias = np.full(4, 0.25, dtype=np.float32)
     bias_exact = 0.5 * (X + bias) * (1 + np.array([math.erf(v) for v in (X + bias) / math.sqrt(2)]))
     cases = [
@@ -252,51 +263,66 @@ def test_tflite_models_are_what_the_tests_assume(tflite_models):
                     "sign": "2.11.0"}
 
 
-@pytest.mark.parametrize("name", ["gelu", "gelu_int8"])
-def test_tflite_2_7_refuses_the_gelu_builtin(shipped, tflite_models, name):
-    assert shipped["tflite-2.7"].gelu["builtin"] is False and shipped["tflite-2.7"].gelu["builtin_int8"] is False
-    error = refusal(run_tflite(TFLITE_2_7, tflite_models, name))
+@confirms("gelu.builtin", "tflite-2.7")
+def test_tflite_2_7_refuses_the_gelu_builtin(target, shipped, tflite_models):
+    assert shipped[target].gelu["builtin"] is False
+    error = refusal(run_tflite(RUNTIMES[target], tflite_models, "gelu"))
     assert "Op builtin_code out of range: 150. Are you using old TFLite binary with newer model?" in error
 
 
+@confirms("gelu.builtin_int8", "tflite-2.7")
+def test_tflite_2_7_refuses_the_int8_gelu_builtin(target, shipped, tflite_models):
+    assert shipped[target].gelu["builtin_int8"] is False
+    error = refusal(run_tflite(RUNTIMES[target], tflite_models, "gelu_int8"))
+    assert "Op builtin_code out of range: 150. Are you using old TFLite binary with newer model?" in error
+
+
+@confirms("gelu.builtin", "tflite-2.8")
 @pytest.mark.parametrize("name", ["gelu", "gelu_tanh"])
-def test_tflite_2_8_runs_the_float_gelu_builtin_with_its_flavour(tflite_models, name):
+def test_tflite_2_8_runs_the_float_gelu_builtin_with_its_flavour(target, shipped, tflite_models, name):
     # runtime_version.cc says GELU needs 2.9.0 (the converter writes that as min_runtime_version),
     # but the 2.8.0 runtime has the float kernel, and honours GeluOptions.approximate.
-    result = run_tflite(TFLITE_2_8, tflite_models, name)
+    assert shipped[target].gelu["builtin"] is True
+    result = run_tflite(RUNTIMES[target], tflite_models, name)
     assert result.ok, str(result)
     np.testing.assert_allclose(result.outputs[0], tflite_models[name][2], atol=1e-5, rtol=0)
 
 
-def test_tflite_2_8_refuses_the_int8_gelu_builtin(shipped, tflite_models):
-    assert shipped["tflite-2.8"].gelu["builtin_int8"] is False
-    error = refusal(run_tflite(TFLITE_2_8, tflite_models, "gelu_int8"))
+@confirms("gelu.builtin_int8", "tflite-2.8")
+def test_tflite_2_8_refuses_the_int8_gelu_builtin(target, shipped, tflite_models):
+    assert shipped[target].gelu["builtin_int8"] is False
+    error = refusal(run_tflite(RUNTIMES[target], tflite_models, "gelu_int8"))
     assert "Didn't find op for builtin opcode 'GELU' version '2'." in error
 
 
-def test_tflite_2_8_gelu_claim_matches_the_runtime(shipped, tflite_models):
-    ran = run_tflite(TFLITE_2_8, tflite_models, "gelu").ok
-    assert shipped["tflite-2.8"].gelu["builtin"] is ran
-
-
-@pytest.mark.parametrize("spec", [TFLITE_2_7, TFLITE_2_8], ids=lambda s: s.name)
-def test_tflite_runs_the_tanh_chain(shipped, tflite_models, spec):
-    assert shipped["tflite-2.8"].gelu["tanh_chain"] is True
-    result = run_tflite(spec, tflite_models, "tanh_chain")
+@confirms("gelu.tanh_chain", "tflite-2.7", "tflite-2.8")
+def test_tflite_runs_the_tanh_chain(target, shipped, tflite_models):
+    assert shipped[target].gelu["tanh_chain"] is True
+    result = run_tflite(RUNTIMES[target], tflite_models, "tanh_chain")
     assert result.ok, str(result)
     np.testing.assert_allclose(result.outputs[0], tflite_models["tanh_chain"][2], atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("spec", [TFLITE_2_7, TFLITE_2_8], ids=lambda s: s.name)
-def test_tflite_refuses_sign(shipped, tflite_models, spec):
-    assert shipped["tflite-2.8"].gelu["sign_op"] is False
-    error = refusal(run_tflite(spec, tflite_models, "sign"))
+@confirms("gelu.sign_op", "tflite-2.7", "tflite-2.8")
+def test_tflite_refuses_sign(target, shipped, tflite_models):
+    assert shipped[target].gelu["sign_op"] is False
+    error = refusal(run_tflite(RUNTIMES[target], tflite_models, "sign"))
     assert "Op builtin_code out of range: 158." in error
 
 
 # ------------------------------------------------------------------------ the matrix's record
 
 
-def test_confirmed_by_test_lists_what_these_tests_confirm(shipped):
-    confirmed = {name: set(shipped[name].confirmed_by_test) for name in CONFIRMED_BY_TESTS}
-    assert confirmed == CONFIRMED_BY_TESTS
+@pytest.mark.parametrize("target", sorted(RUNTIMES))
+def test_confirmed_by_test_lists_what_this_run_confirms(request, shipped, target):
+    """The record holds for a run that checks it: with the target's runtime here and every test
+    that confirms one of its facts in this run. Otherwise nothing confirmed it, and this skips."""
+    venv_of(RUNTIMES[target])
+    checks = [test for name, test in globals().items()
+              if name.startswith("test_") and target in getattr(test, "confirms", ("", ()))[1]]
+    running = {item.function for item in request.session.items
+               if getattr(item, "function", None) in checks and item.callspec.params["target"] == target}
+    missing = sorted({test.confirms[0] for test in checks if test not in running})
+    if missing:
+        pytest.skip(f"tests checking {', '.join(missing)} of {target} are not in this run: it confirms no record")
+    assert set(shipped[target].confirmed_by_test) == {test.confirms[0] for test in checks}

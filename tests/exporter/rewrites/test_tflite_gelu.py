@@ -130,7 +130,8 @@ def test_a_quantized_gelu_is_refused(converted):
 
 
 def test_litert_torch_tanh_gelu(tmp_path):
-    litert_torch = pytest.importorskip("litert_torch")
+    import litert_torch
+
     from fixtures.models import torch_models
 
     model, (x,) = torch_models.mlp_tanh()

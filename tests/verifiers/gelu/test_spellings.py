@@ -51,13 +51,19 @@ def test_spelling_is_found_and_kept_on_every_route(tmp_path, framework, name, to
     assert [(g["status"], g["source_flavour"], g["measured"]) for g in report.gelu] == [("kept", flavour, flavour)]
 
 
-@pytest.mark.parametrize(("to", "opset"), [("onnx", 17), ("tflite", None)], ids=["onnx", "tflite"])
-@pytest.mark.parametrize(("framework", "name"), CASES, ids=[f"{fw}-{n}" for fw, n in CASES])
+# A changed copy needs an artifact of the swapped model. Keras' upcast_half MLP has float16 Dense
+# layers, which the TFLite converter cannot convert (FlexMatMul, asserted above) whatever the
+# activation: there is no TFLite artifact of it to change, so that case is not parametrized.
+NO_CHANGED_ARTIFACT = {("keras", "upcast_half", "tflite", None)}
+CHANGED_CASES = [(fw, name, to, opset) for fw, name in CASES for to, opset in [("onnx", 17), ("tflite", None)]
+                 if (fw, name, to, opset) not in NO_CHANGED_ARTIFACT]
+
+
+@pytest.mark.parametrize(("framework", "name", "to", "opset"), CHANGED_CASES,
+                         ids=[f"{fw}-{n}-{to}" for fw, n, to, _ in CHANGED_CASES])
 def test_spelling_changed_in_the_artifact_is_exit_3(tmp_path, framework, name, to, opset):
     spec, flavours = FRAMEWORKS[framework]
     exported = _export(spec(f"swapped_{name}"), to, opset, tmp_path)
-    if exported.exit_code == 4 and (framework, name, to, opset) in UNSUPPORTED:
-        return  # no such artifact: the route cannot convert the model (the swap may still convert)
     assert exported.exit_code == 0, exported.summary_lines()
     report = api.verify(tmp_path / f"m.{to}", source=spec(f"{name}_mlp"))
     assert report.exit_code == 3, report.summary_lines()
