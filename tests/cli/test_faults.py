@@ -4,7 +4,6 @@ really exported and failed."""
 
 import hashlib
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -13,15 +12,38 @@ import time
 import pytest
 
 from fixtures.specs import torch_model
-from tests.conftest import REPO, run_cli
+from tests.conftest import child_env, run_cli
+
+STALL_FOLDER_VARIABLE = "EXPORTGATE_TEST_STALL"  # fixtures.models.torch_models' (not imported: no torch here)
 
 
-def _start(tmp_path, *args):
+def _start(tmp_path, *args, stall=None):
+    """`exportgate ARGS` in the background; `stall`: the folder a stalling fixture model
+    (held_mlp, mlp_held_once_staged) says it stalled in, and waits in for a file `release`."""
     # Ctrl-C reaches exportgate as it does from a terminal, even when this suite runs where SIGINT
     # is ignored (a background job of a shell without job control), which a child inherits.
     code = "import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)\nfrom exporter.cli import main\nmain()"
-    return subprocess.Popen([sys.executable, "-c", code, *map(str, args)], cwd=tmp_path,
-                            env={**os.environ, "PYTHONPATH": str(REPO)}, stderr=subprocess.PIPE, text=True)
+    env = child_env()
+    if stall is not None:
+        stall.mkdir(exist_ok=True)
+        env[STALL_FOLDER_VARIABLE] = str(stall)
+    return subprocess.Popen([sys.executable, "-c", code, *map(str, args)], cwd=tmp_path, env=env,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _wait_until_stalled(process, stall, timeout=600):
+    """Wait for `process` to reach its stall (its model writes stalled-PID in `stall`, then waits
+    there until released or killed), however long its start-up takes; `timeout` only ends a broken
+    test."""
+    marker = stall / f"stalled-{process.pid}"
+    deadline = time.monotonic() + timeout
+    while not marker.exists():
+        if process.poll() is not None:
+            raise AssertionError(f"exited {process.returncode} before it stalled: {process.stderr.read()}")
+        if time.monotonic() > deadline:
+            process.kill()
+            raise AssertionError(f"never stalled: {process.communicate()[1]}")
+        time.sleep(0.05)
 
 
 def _wait_for(process, text, timeout=300):
@@ -54,13 +76,14 @@ def _files(tmp_path):
                                                      (signal.SIGTERM, 143, "terminated")])
 def test_a_signal_mid_export_writes_a_report_that_says_so(tmp_path, sig, code, word):
     before = _release(tmp_path)
-    run = _start(tmp_path, "export", torch_model("stalled_mlp"), "--to", "onnx", "--opset", "17",
-                 "--out", "dist/m.onnx", "--report", "r.json")
-    _wait_for(run, "exporting with")
+    stall = tmp_path / "stall"
+    run = _start(tmp_path, "export", torch_model("held_mlp"), "--to", "onnx", "--opset", "17",
+                 "--out", "dist/m.onnx", "--report", "r.json", stall=stall)
+    _wait_until_stalled(run, stall)  # inside the export, which waits for the signal: it is never released
     run.send_signal(sig)
-    rest = run.stderr.read()
+    log = run.stderr.read()
     assert run.wait(timeout=120) == code
-    assert rest.strip().splitlines()[-1] == f"exportgate: {word} ({signal.Signals(sig).name})"
+    assert "exporting with" in log and log.strip().splitlines()[-1] == f"exportgate: {word} ({signal.Signals(sig).name})"
     report = json.loads((tmp_path / "r.json").read_text())
     assert (report["verdict"], report["exit_code"]) == ("fail", code)
     assert _files(tmp_path) == before  # the previous release stands; no staging folder is left
@@ -110,9 +133,10 @@ def test_an_unexpected_error_is_in_the_report_with_the_processes_exit_code(tmp_p
 
 
 def test_a_killed_run_leaves_staging_that_the_next_run_sweeps(tmp_path):
-    run = _start(tmp_path, "export", torch_model("slow_mlp"), "--to", "onnx", "--opset", "17",
-                 "--out", "dist/m.onnx")
-    _wait_for(run, "running the artifact")  # the full unverified artifact is staged
+    stall = tmp_path / "stall"
+    run = _start(tmp_path, "export", torch_model("mlp_held_once_staged"), "--to", "onnx", "--opset", "17",
+                 "--out", "dist/m.onnx", stall=stall)
+    _wait_until_stalled(run, stall)  # the full unverified artifact is staged; the run waits there to be killed
     run.kill()
     run.wait(timeout=60)
     left = [p for p in (tmp_path / "dist").iterdir() if p.name.endswith(".staging")]
@@ -127,12 +151,17 @@ def test_a_killed_run_leaves_staging_that_the_next_run_sweeps(tmp_path):
 
 
 def test_two_exports_to_one_out_take_turns_and_the_report_matches_the_file(tmp_path):
-    first = _start(tmp_path, "export", torch_model("stalled_mlp"), "--to", "onnx", "--opset", "17",
-                   "--out", "dist/m.onnx", "--report", "first.json")
-    _wait_for(first, "exporting with")  # it holds --out for the twenty seconds its export stalls
+    stall = tmp_path / "stall"
+    first = _start(tmp_path, "export", torch_model("held_mlp"), "--to", "onnx", "--opset", "17",
+                   "--out", "dist/m.onnx", "--report", "first.json", stall=stall)
+    _wait_until_stalled(first, stall)  # mid-export, holding --out until the test releases it
     second = _start(tmp_path, "export", torch_model("mlp_tanh"), "--to", "onnx", "--opset", "17",
                     "--out", "dist/m.onnx", "--report", "second.json")
-    log = second.communicate(timeout=600)[1]
+    try:
+        seen = _wait_for(second, "waiting for another exportgate run writing dist/m.onnx")
+    finally:
+        (stall / "release").touch()  # only now, with the second run waiting, does the first go on
+    log = "".join(seen) + second.communicate(timeout=600)[1]
     first.communicate(timeout=600)
     assert (first.returncode, second.returncode) == (0, 0), log
     assert "waiting for another exportgate run writing dist/m.onnx" in log

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import child_env
 from verifiers.errors import BadInput
 from fixtures import make_broken_tflite as mbt
 from verifiers import tflite_model
@@ -86,14 +87,49 @@ def test_opcode_is_max_of_builtin_and_deprecated_code(files):
     assert gelu and gelu[0].code == 150 and gelu[0].version == 1
 
 
-def test_reading_is_fast(files):
-    import time
+def test_describe_reads_the_structure_not_the_weights(files, tmp_path, monkeypatch):
+    """describe is cheap because it reads the flatbuffer's tables only: a weight buffer is an
+    (offset, length) it never decodes. With every weight byte scrambled it says the same, and it
+    reads no buffer but the metadata's. (How fast that is belongs in bench/.)"""
+    path = files["keras_exact_faithful"]
+    model = load_tflite(path)
+    metadata = set(model.metadata.values())
+    weights = {t.buffer for sg in model.subgraphs for t in sg.tensors if t.buffer and model.buffers[t.buffer][1]}
+    assert weights and not weights & metadata
+    content = bytearray(path.read_bytes())
+    for index in weights:
+        start, length = model.buffers[index]
+        content[start:start + length] = bytes(~b & 0xFF for b in content[start:start + length])
+    scrambled = tmp_path / "scrambled.tflite"
+    scrambled.write_bytes(bytes(content))
+    expected = {**describe(path), "path": str(scrambled)}
 
-    describe(files["keras_exact_faithful"])
-    start = time.perf_counter()
-    for _ in range(20):
-        describe(files["keras_exact_faithful"])
-    assert (time.perf_counter() - start) / 20 < 0.01
+    read = []
+    buffer_bytes = tflite_model.TFLiteModel.buffer_bytes
+    monkeypatch.setattr(tflite_model.TFLiteModel, "buffer_bytes", lambda self, i: read.append(i) or buffer_bytes(self, i))
+    monkeypatch.setattr(tflite_model.TFLiteModel, "constant", lambda *args, **kw: pytest.fail("describe decoded a tensor"))
+    assert describe(scrambled) == expected
+    assert read and set(read) <= metadata
+
+
+def test_describe_builds_no_interpreter_and_loads_no_native_code(files):
+    """Nor does describe hand the file to LiteRT: no interpreter, no extension module loads (in a
+    fresh interpreter, so what other tests imported does not count)."""
+    code = textwrap.dedent(f"""
+        import sys
+        def native():
+            return {{name for name, module in list(sys.modules.items())
+                     if (getattr(module, "__file__", None) or "").endswith((".so", ".pyd"))}}
+        from verifiers.tflite_model import describe
+        before = native()
+        info = describe({str(files['two_gelu_faithful'])!r})
+        assert info["op_counts"]["GELU"] == 2, info["op_counts"]
+        print(sorted(native() - before))
+    """)
+    result = subprocess.run([sys.executable, "-c", code], check=False, cwd=REPO, env=child_env(),
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "[]"
 
 
 @pytest.mark.parametrize("content", [b"", b"TFL3", b"\x08\x07\x12\x04onnx" * 10, b"hello world, not a model",
@@ -155,7 +191,7 @@ def test_random_bit_flips_never_crash_the_process(files):
     each loads or raises BadInput, and the child exits normally (no segfault, no hang)."""
     result = subprocess.run(
         [sys.executable, "-c", _FUZZ, str(files["two_gelu_faithful"]), "400"], check=False,
-        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=240,
+        cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=240,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     loaded, bad = map(int, result.stdout.split())
@@ -172,7 +208,7 @@ def test_reading_imports_neither_tensorflow_nor_torch(files):
         heavy = sorted(m for m in ("tensorflow", "torch", "keras") if m in sys.modules)
         print(heavy)
     """)
-    result = subprocess.run([sys.executable, "-c", code], check=False, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+    result = subprocess.run([sys.executable, "-c", code], check=False, cwd=REPO, env=child_env(),
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip() == "[]"
