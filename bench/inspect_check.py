@@ -1,5 +1,5 @@
 """`exportgate inspect --json` and `exportgate check` of BERT-base as ONNX (about 435 MB, weights
-inside the file), against the absolute goals of issue 12: <= 1.0 s wall and peak RSS <= 1.2x the
+inside the file), against absolute goals: <= 1.0 s wall and peak RSS <= 1.2x the
 file size, importing neither torch nor TensorFlow.
 
     python bench/inspect_check.py [--rounds 3]

@@ -34,3 +34,15 @@ def test_a_hash_started_ahead_is_taken_while_the_file_stays_as_it_was(tmp_path):
     assert module._AHEAD == {}  # both taken: a later Digests starts its own
     assert digests.sha256(kept) == hashlib.sha256(kept.read_bytes()).hexdigest()
     assert digests.sha256(changed) == hashlib.sha256(b"rewritten before anything asked for its digest").hexdigest()
+
+
+def test_a_file_hashed_in_many_blocks_or_empty_has_its_sha256(tmp_path, monkeypatch):
+    from exporter import digests as module
+
+    monkeypatch.setattr(module, "_BLOCK", 1 << 16)  # 64 KiB blocks: many, and a short last one
+    data = tmp_path / "m.onnx.data"
+    data.write_bytes(os.urandom((3 << 20) + 7))
+    empty = tmp_path / "empty.bin"
+    empty.write_bytes(b"")
+    assert module.sha256(data) == hashlib.sha256(data.read_bytes()).hexdigest()
+    assert module.sha256(empty) == hashlib.sha256(b"").hexdigest()
