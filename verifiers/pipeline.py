@@ -34,7 +34,8 @@ def describe_artifact(path: str | Path, runtime: str | None = None) -> dict[str,
     """Format, opsets or runtime version, op counts, inputs and outputs, and the GELU sites with
     their claimed and measured flavours, without importing torch or TensorFlow. The file is read
     here, without a runtime session; only the GELU probes cut out of it run, in a runtime worker
-    started first (it imports the runtime while the file is read)."""
+    (one started ahead imports the runtime while the file is read; none starts for an artifact
+    without GELU sites)."""
     from verifiers.gelu.inventory import describe_sites
 
     fmt = detect_format(path)

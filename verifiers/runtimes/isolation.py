@@ -9,8 +9,8 @@ probes, the sensitivity run, inspect's measurements) goes through here:
   IsolatedRunner(runner_class, model)       a Runner whose loads and runs happen in one worker
   start_early(runner_class)                 the next IsolatedRunner's worker, started now: it
                                             imports the runtime while the caller goes on
-  ProbesInWorker(runner_class)              runner_class.run_probe in a worker started now: the
-                                            caller reads the artifact and builds the probes
+  ProbesInWorker(runner_class)              runner_class.run_probe in a worker: the caller reads
+                                            the artifact and builds the probes
   start_spare()                             a worker for whichever runtime asks first, started
                                             before the command knows which (inspect's)
 
@@ -336,23 +336,33 @@ def _import_modules(modules: tuple[str, ...]) -> None:
 
 
 class ProbesInWorker:
-    """`runner_class.run_probe` run in a worker of its own, started now: it imports the runtime
-    while the caller reads the artifact and cuts the GELU probes out of it, so a command that only
-    measures GELU sites (inspect) runs no more than the probes in native code and waits for no
-    start-up. Passed where a runner class is (`Artifact.activation_sites(runner)`)."""
+    """`runner_class.run_probe` run in a runtime worker, while the caller reads the artifact and
+    cuts the GELU probes out of it: a command that only measures GELU sites (inspect) runs no more
+    than the probes in native code. A worker started ahead (start_spare, start_early) is taken at
+    once and imports the runtime meanwhile; otherwise one starts with the first probe, so an
+    artifact without GELU sites starts none. Passed where a runner class is
+    (`Artifact.activation_sites(runner)`)."""
 
     def __init__(self, runner_class: type[Runner]):
         self.runner_class = runner_class
         self.runtime, self.formats = runner_class.runtime, runner_class.formats
-        self._worker = _worker_for(runner_class.runtime)
-        self._worker.send_ahead(f"starting {runner_class.runtime}", "call", _import_runtime, (runner_class,))
+        self._worker: _Worker | None = None
+        if _SPARE or runner_class.runtime in _EARLY:
+            self._start()
+
+    def _start(self) -> _Worker:
+        self._worker = _worker_for(self.runtime)
+        self._worker.send_ahead(f"starting {self.runtime}", "call", _import_runtime, (self.runner_class,))
+        return self._worker
 
     def run_probe(self, model: bytes, x: np.ndarray, variant: str | None = None) -> np.ndarray:
-        return self._worker.request("running a GELU probe", "call", _run_probe, (self.runner_class, model, x, variant))
+        worker = self._worker or self._start()
+        return worker.request("running a GELU probe", "call", _run_probe, (self.runner_class, model, x, variant))
 
     def close(self) -> None:
         """Let the worker go (without waiting for it to exit)."""
-        self._worker.dismiss()
+        if self._worker is not None:
+            self._worker.dismiss()
 
     def __enter__(self) -> ProbesInWorker:
         return self

@@ -32,3 +32,14 @@ def test_a_spare_under_other_limits_is_not_taken():
     with isolation.limits(memory=3 << 30), isolation.ProbesInWorker(runtime_for("onnx")) as probes:
         assert probes._worker is not spare
     assert isolation._SPARE == [] and not spare.alive()
+
+
+def test_without_a_worker_started_ahead_none_starts_until_a_probe_runs():
+    """An artifact without GELU sites starts no runtime worker; the first probe starts one."""
+    model = _gelu_model()
+    assert not isolation._SPARE and "onnxruntime" not in isolation._EARLY
+    with isolation.ProbesInWorker(runtime_for("onnx")) as probes:
+        assert fingerprint_sites(model, [], probes) == [] and probes._worker is None
+        [fp] = fingerprint_sites(model, find_gelu_sites(model), probes)
+        assert probes._worker is not None and probes._worker.alive()
+    assert fp.measured == EXACT
