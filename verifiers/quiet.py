@@ -17,8 +17,8 @@ _shown = False  # set by show_framework_output(): what the frameworks print and 
 
 def show_framework_output() -> None:
     """From now on in this process, what the frameworks print and log while they export (native
-    writes, log records, warnings) reaches stderr instead of being swallowed; stdout stays
-    exportgate's own (a --json report goes there)."""
+    writes, log records, warnings) is let through instead of being swallowed (the CLI keeps
+    stdout for its report by sending descriptor 1 and Python's stdout to stderr)."""
     global _shown
     _shown = True
 
@@ -33,18 +33,17 @@ def hide_framework_logs() -> None:
 def native_output_captured() -> Iterator[None]:
     """Send what native code writes to file descriptors 1 and 2 to a scratch file: the TorchScript
     exporter dumps whole graphs there on failure, TensorFlow and LiteRT their start-up logs. With
-    framework output shown, descriptor 1 goes to descriptor 2 instead."""
+    framework output shown it goes where it would."""
+    if _shown:
+        yield
+        return
     sys.stdout.flush()
     sys.stderr.flush()
     saved = [os.dup(1), os.dup(2)]
     try:
-        with contextlib.ExitStack() as stack:
-            if _shown:
-                os.dup2(saved[1], 1)
-            else:
-                scratch = stack.enter_context(tempfile.TemporaryFile())
-                os.dup2(scratch.fileno(), 1)
-                os.dup2(scratch.fileno(), 2)
+        with tempfile.TemporaryFile() as scratch:
+            os.dup2(scratch.fileno(), 1)
+            os.dup2(scratch.fileno(), 2)
             try:
                 yield
             finally:
@@ -61,11 +60,10 @@ def native_output_captured() -> Iterator[None]:
 def quiet_exporter() -> Iterator[io.StringIO]:
     """Swallow stdout, native output, warnings and log records below ERROR (any logger's: an
     exporter may reset its loggers' levels while it runs); yields what Python code printed. With
-    framework output shown (--verbose), all of it goes to stderr and nothing is yielded as printed."""
+    framework output shown (--verbose), all of it goes where it would and nothing is yielded as printed."""
     printed = io.StringIO()
     if _shown:
-        with contextlib.redirect_stdout(sys.stderr), native_output_captured():
-            yield printed
+        yield printed
         return
     disabled = logging.root.manager.disable
     try:

@@ -103,8 +103,7 @@ def fingerprint_site(model: onnx.ModelProto | ModelIndex, site: Site, elem_type:
         probe = probe_model(model, site, elem_type, output_type).SerializeToString()
         y = (runner or runtime_for("onnx")).run_probe(probe, x)
     except ProbeFailed as error:
-        first_line = str(error).splitlines()[0]
-        return Fingerprint(site, type_name, Classification(UNKNOWN, {}, False, f"probe did not run: {first_line}"))
+        return Fingerprint(site, type_name, Classification(UNKNOWN, {}, False, f"probe did not run: {error}"))
     return Fingerprint(site, type_name, classify(x, y, tolerance))
 
 

@@ -397,13 +397,19 @@ def _dismiss_spare() -> None:
         _SPARE.pop().dismiss()
 
 
+def _started_ahead(runtime: str):
+    """The workers started ahead that `runtime` may take, each taken off its list as it is given:
+    the one started early for it, then the spare."""
+    if runtime in _EARLY:
+        yield _EARLY.pop(runtime)
+    if _SPARE:
+        yield _SPARE.pop()
+
+
 def _worker_for(runtime: str) -> _Worker:
     """The worker started early for `runtime` or the spare, when it is alive and under today's
     limits; else a new one."""
-    for take in (lambda: _EARLY.pop(runtime, None), lambda: _SPARE.pop() if _SPARE else None):
-        worker = take()
-        if worker is None:
-            continue
+    for worker in _started_ahead(runtime):
         if worker.alive() and worker.limits == LIMITS.get():
             worker.runtime = runtime
             return worker
