@@ -15,6 +15,19 @@ def bert_base():
     return model, {"input_ids": ids, "attention_mask": torch.ones(1, BERT_SEQ, dtype=torch.int64)}
 
 
+def bert_tiny():
+    """A tiny BERT from its transformers config (2 layers, hidden 64): two sequences of 16 tokens."""
+    import torch
+    import transformers as tr
+
+    torch.manual_seed(0)
+    config = tr.BertConfig(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                           intermediate_size=128, max_position_embeddings=128)
+    model = tr.BertModel(config).eval()
+    ids = torch.randint(0, config.vocab_size, (2, 16))
+    return model, {"input_ids": ids, "attention_mask": torch.ones(2, 16, dtype=torch.int64)}
+
+
 def keras_bert_sized():
     """A BERT-base-sized Keras encoder (12 layers, hidden 768, 12 heads, GELU MLP of 3072),
     one sequence of 128 positions of float embeddings."""

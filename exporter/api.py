@@ -17,8 +17,8 @@ from exporter.digests import Digests, sha256
 from exporter.frameworks import load_source
 from exporter.gelu_policy import PolicyOutcome, apply_gelu_policy, check_gelu_policy
 from exporter.routes import ExportRequest, Route, check_request, route_for
-from exporter.sources import DynamicAxis, InputSpec, Source, make_batches, parse_dynamic_axis, parse_input_spec
-from exporter.sources import specs_of_tensors
+from exporter.sources import InputSpec, Source, make_batches, name_symbols, parse_dynamic_axis, parse_input_spec
+from exporter.sources import specs_of_tensors, stated_length_limit
 from exporter.staging import Staging, out_lock, remove_artifact, sweep_abandoned
 from exporter.target_fit import fit_ir_version
 from verifiers.compare import Tolerances
@@ -28,7 +28,10 @@ from verifiers.pipeline import (
     BEFORE_REWRITE,
     Comparison,
     compare,
+    baked_size_hints,
+    compare_at_sizes,
     describe_artifact,
+    fixed_in_artifact,
     gelu_sensitivity,
     judge_gelu,
     load_runner,
@@ -36,6 +39,7 @@ from verifiers.pipeline import (
 from verifiers.report import ArtifactInfo, Report
 from verifiers.runtimes import InvalidArtifact, Runner, runtime_for
 from verifiers.runtimes.isolation import start_early
+from verifiers.sizes import DynamicAxis, SymbolSizes, artifact_axes, plan_sizes, sized_feed
 from verifiers.steps import Progress, Step, run_steps, silent
 from verifiers.targets import Target
 from verifiers.writers import check_reports, check_writable, write_reports
@@ -63,6 +67,10 @@ class Checked:
     reports: dict[str, Path] = field(default_factory=dict)
     cleanups: contextlib.ExitStack | None = None
     source_digests: Digests | None = None  # of the files the source was built from
+    seed: int = 0
+    axes: list[DynamicAxis] = field(default_factory=list)  # the dynamic axes verified at several sizes
+    plans: list[SymbolSizes] = field(default_factory=list)  # the sizes each symbol of `axes` is tried at
+    sized: dict = field(default_factory=dict)  # (symbol, size) -> (feed, the source's outputs there)
 
 
 # ---- steps shared by export and verify ------------------------------------------------------------
@@ -70,6 +78,20 @@ class Checked:
 
 def _reference(run: Checked) -> None:
     run.reference = [run.source.run(feed) for feed in run.feeds]
+    _reference_at_sizes(run)
+
+
+def _reference_at_sizes(run: Checked) -> None:
+    """The source's outputs on one seeded batch at each other size of each dynamic symbol; a size
+    the source itself cannot run at is skipped (the artifact is not to blame)."""
+    run.plans = plan_sizes(run.axes, run.feeds[0], stated_length_limit(run.source.model))
+    for plan in run.plans:
+        for size in plan.extra_sizes:
+            feed = sized_feed(run.feeds[0], plan, size, run.seed)
+            try:
+                run.sized[(plan.symbol, size)] = (feed, run.source.run(feed)[2])
+            except BadInput as exc:
+                plan.skipped[size] = str(exc).replace("the source model failed on its inputs", "the source model fails")
 
 
 def _capture_gelu(run: Checked) -> None:
@@ -83,6 +105,26 @@ def _load_artifact(run: Checked) -> None:
 
 def _compare(run: Checked) -> None:
     run.comparison = compare(run.report, run.runner, run.feeds, run.reference, run.tolerances, run.progress)
+
+
+def _compare_at_sizes(run: Checked) -> None:
+    baked_size_hints(run.report, run.artifact, run.plans)
+    compare_at_sizes(run.report, run.comparison, run.plans, run.sized, run.tolerances, run.progress)
+
+
+def _exported_at_sizes(run: Exported) -> None:
+    """An export's axes: each declared dynamic must be dynamic in the artifact (exit 4 naming it),
+    then holds at its other sizes; an axis the artifact made dynamic unasked is listed, not run
+    (the source was released before the artifact existed)."""
+    fixed_in_artifact(run.report, run.plans, run.runner.inputs, run.report.exporter)
+    _compare_at_sizes(run)
+    declared = {(a.input, a.axis) for a in run.axes}
+    for axis in artifact_axes(run.runner.inputs):
+        if (axis.input, axis.axis) not in declared:
+            run.report.dynamic.append({
+                "input": axis.input, "axis": axis.axis, "symbol": axis.symbol, "export_size": None, "sizes": [],
+                "range": [1, None], "status": "skipped", "max_abs_err": {},
+                "detail": "dynamic in the artifact but not declared to the export (--dynamic): not run at other sizes"})
 
 
 def _judge_gelu(run: Checked) -> None:
@@ -134,7 +176,6 @@ class Exported(Checked):
     dynamic: Sequence[str] = ()
     atol: Sequence[str] = ()
     rtol: Sequence[str] = ()
-    seed: int = 0
     batches: int = DEFAULT_BATCHES
     verify: bool = True
     gelu_guard: bool = True
@@ -143,7 +184,6 @@ class Exported(Checked):
     # found along the way
     target: Target | None = None
     input_specs: list[InputSpec] = field(default_factory=list)
-    axes: list[DynamicAxis] = field(default_factory=list)
     route: Route | None = None
     staging: Staging | None = None
     before_rewrite: Path | None = None
@@ -190,6 +230,7 @@ def _load_source(run: Exported) -> None:
                            f"(0 to {ranks[axis.input] - 1})")
     run.feeds = make_batches(run.source, run.seed, run.batches)
     run.report.example_batch = run.source.example is not None
+    run.axes = name_symbols([*run.source.dynamic, *run.axes], run.feeds[0])
 
 
 def _hash_source_files(run: Checked) -> None:
@@ -227,6 +268,7 @@ def _export(run: Exported) -> None:
     run.cleanups.callback(_remove_stale_release, run.report, run.out, run.to)
     run.report.exporter = result.exporter
     run.report.notes.extend(result.notes)
+    run.report.dynamic_hints.extend(result.hints)
     # A declared flavour change makes the outputs differ from the source's: the export as it was
     # before the rewrite is compared too, so a difference of any other cause still fails.
     if run.verify and run.gelu == "tanh":
@@ -312,6 +354,7 @@ EXPORT_STEPS = (
     Step("load_artifact", _exported_artifact_loads(_load_artifact),
          message=lambda run: f"loading the artifact in {runtime_for(run.to).runtime}", when=lambda run: run.verifying),
     Step("compare", _exported_artifact_loads(_compare), when=lambda run: run.verifying, timed=False),
+    Step("sizes", _exported_artifact_loads(_exported_at_sizes), when=lambda run: run.verifying, timed=False),
     Step("gelu", _exported_artifact_loads(_judge_gelu),
          message=lambda run: run.gelu_guard and "finding the GELU sites of the source and measuring the artifact's",
          when=lambda run: run.verifying),
@@ -385,7 +428,6 @@ class Verified(Checked):
     inputs: Sequence[str] = ()
     atol: Sequence[str] = ()
     rtol: Sequence[str] = ()
-    seed: int = 0
     batches: int = DEFAULT_BATCHES
     gelu_guard: bool = True
     allow_nonfinite: bool = False
@@ -420,6 +462,7 @@ def _verified_source(run: Verified) -> None:
     _hash_source_files(run)
     run.feeds = make_batches(run.source, run.seed, run.batches)
     run.report.example_batch = run.source.example is not None
+    run.axes = artifact_axes(run.runner.inputs)
 
 
 def _open_artifact(run: Verified) -> None:
@@ -439,6 +482,7 @@ VERIFY_STEPS = (
     Step("release_source", lambda run: run.source.release()),  # only the artifact runs from here on
     Step("load_artifact", lambda run: run.runner.wait_loaded()),  # what is left of the load
     Step("compare", _compare, timed=False),
+    Step("sizes", _compare_at_sizes, timed=False),
     Step("gelu", _judge_gelu,
          message=lambda run: run.gelu_guard and "finding the GELU sites of the source and measuring the artifact's"),
     Step("gelu_sensitivity", _gelu_sensitivity, when=_sensitivity_applies),

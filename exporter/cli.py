@@ -242,7 +242,7 @@ def export(
         "as tanh (declared); native: demand the native GELU op.")] = "preserve",
     matrix: MatrixOption = None,
     inputs: InputOption = [],
-    dynamic: Annotated[list[str], typer.Option("--dynamic", help="NAME:AXIS: make an input axis dynamic.")] = [],
+    dynamic: Annotated[list[str], typer.Option("--dynamic", help="NAME:AXIS[:MIN..MAX]: make an input axis dynamic (verified at several sizes within MIN..MAX).")] = [],
     atol: AtolOption = [],
     rtol: RtolOption = [],
     seed: SeedOption = 0,
@@ -508,7 +508,8 @@ def inspect(
         typer.echo(f"{kind}:")
         for tensor in info[kind]:
             shape = "x".join(str(d) for d in tensor["shape"]) or "scalar"
-            typer.echo(f"  {tensor['name']}: {shape} {tensor['dtype']}")
+            dynamic = ", ".join(f"axis {d['axis']} ({d['symbol']})" for d in tensor.get("dynamic_axes", []))
+            typer.echo(f"  {tensor['name']}: {shape} {tensor['dtype']}" + (f"; dynamic: {dynamic}" if dynamic else ""))
     versions = {op["op"]: op["version"] for op in info.get("ops", [])}
     typer.echo("ops:")
     for op, count in info["op_counts"].items():

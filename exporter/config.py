@@ -56,7 +56,7 @@ _OPTIONS = {
     "gelu": ("preserve, tanh or native", lambda v: v if isinstance(v, str) else None),
     "quantize": ("fp16 or dynamic-int8", lambda v: v if isinstance(v, str) else None),
     "exporter": ("an exporter name", lambda v: v if isinstance(v, str) else None),
-    "dynamic": ("NAME:AXIS or a list of them", _strings),
+    "dynamic": ("NAME:AXIS[:MIN..MAX] or a list of them", _strings),
     "inputs": ("NAME:SHAPE:DTYPE or a list of them", _strings),
     "atol": ("a number, NAME=NUMBER or a list of them", _strings),
     "rtol": ("a number, NAME=NUMBER or a list of them", _strings),

@@ -13,12 +13,11 @@ from typing import Any
 import numpy as np
 
 from verifiers.errors import BadInput, ExportgateError, one_line
+from verifiers.sizes import DynamicAxis, artifact_axes, default_sizes
 
 SUPPORTED_DTYPES = {
     "float32", "float16", "float64", "bfloat16", "int8", "int16", "int32", "int64", "uint8", "bool",
 }
-# A None (unknown) dimension in a model's own input spec becomes this size.
-DEFAULT_DYNAMIC_SIZE = 2
 # Random float batches are standard normal times this, so activations reach |x| of 3 and more,
 # the range where GELU flavours differ.
 FLOAT_BATCH_SCALE = 2.0
@@ -37,12 +36,6 @@ class InputSpec:
         return f"{self.name}:{shape}:{self.dtype}"
 
 
-@dataclass(frozen=True)
-class DynamicAxis:
-    input: str
-    axis: int
-
-
 @dataclass
 class Source:
     """A loaded source model with everything needed to run it and export it."""
@@ -55,6 +48,7 @@ class Source:
     by_keyword: bool = False
     notes: list[str] = field(default_factory=list)
     files: list[Path] = field(default_factory=list)  # what it was built from (exporter.source_files)
+    dynamic: list[DynamicAxis] = field(default_factory=list)  # axes the model declares dynamic (Keras None)
 
     @property
     def input_names(self) -> list[str]:
@@ -122,18 +116,78 @@ def parse_input_spec(text: str) -> InputSpec:
     return InputSpec(match["name"], shape, dtype, low, high)
 
 
+_DYNAMIC_AXIS = re.compile(r"^(?P<name>.+):(?P<axis>[0-9]+)(?::(?P<low>[0-9]*)\.\.(?P<high>[0-9]*))?$")
+
+
 def parse_dynamic_axis(text: str) -> DynamicAxis:
-    name, _, axis = text.rpartition(":")
-    if not name or not axis.lstrip("-").isdigit():
-        raise BadInput(f"--dynamic {text!r}: expected NAME:AXIS, e.g. input_ids:0")
-    return DynamicAxis(name, int(axis))
+    """NAME:AXIS[:MIN..MAX], e.g. input_ids:1 or input_ids:1:1..512 (MIN and MAX inclusive, either
+    may be left out)."""
+    match = _DYNAMIC_AXIS.match(text)
+    if not match:
+        raise BadInput(f"--dynamic {text!r}: expected NAME:AXIS[:MIN..MAX], e.g. input_ids:1 or input_ids:1:1..512")
+    low = int(match["low"]) if match["low"] else 1
+    high = int(match["high"]) if match["high"] else None
+    if low < 1 or (high is not None and high < low):
+        raise BadInput(f"--dynamic {text!r}: the range must satisfy 1 <= MIN <= MAX")
+    return DynamicAxis(match["name"], int(match["axis"]), low=low, high=high)
+
+
+def name_symbols(axes: list[DynamicAxis], feed: dict[str, np.ndarray]) -> list[DynamicAxis]:
+    """Give every axis without one a symbol: axes at the same position whose export sizes agree
+    share one ("batch" for axis 0, "dimK" for axis K, suffixed with the input's name when sizes
+    at that position differ), so one batch or one sequence length moves over every input.
+    The same (input, axis) given twice is one axis, within both ranges."""
+    merged: dict[tuple[str, int], DynamicAxis] = {}
+    for axis in axes:
+        key = (axis.input, axis.axis)
+        if key in merged:
+            old = merged[key]
+            highs = [h for h in (old.high, axis.high) if h is not None]
+            axis = DynamicAxis(axis.input, axis.axis, old.symbol or axis.symbol, max(old.low, axis.low),
+                               min(highs) if highs else None)
+        merged[key] = axis
+    groups = {(a.axis, int(feed[a.input].shape[a.axis])): a.symbol for a in merged.values() if a.symbol}
+    taken = set(groups.values())
+    named = []
+    for axis in merged.values():
+        size = int(feed[axis.input].shape[axis.axis])
+        bounds = f"{axis.low}..{'' if axis.high is None else axis.high}"
+        if axis.high is not None and axis.high < axis.low:
+            raise BadInput(f"--dynamic {axis.input}:{axis.axis}: the ranges given for it do not overlap ({bounds})")
+        if size < axis.low or (axis.high is not None and size > axis.high):
+            raise BadInput(f"--dynamic {axis.input}:{axis.axis}:{bounds}: the export size {size} is outside the range")
+        if not axis.symbol:
+            key = (axis.axis, int(feed[axis.input].shape[axis.axis]))
+            if key not in groups:
+                base = "batch" if axis.axis == 0 else f"dim{axis.axis}"
+                groups[key] = base if base not in taken else f"{base}_{axis.input}"
+                taken.add(groups[key])
+            axis = DynamicAxis(axis.input, axis.axis, groups[key], axis.low, axis.high)
+        named.append(axis)
+    return named
+
+
+def stated_length_limit(model: Any) -> int | None:
+    """The longest sequence a model says it takes, if it says so: a transformers config's
+    max_position_embeddings (n_positions for GPT-2), keras-hub's max_sequence_length."""
+    config = getattr(model, "config", None)
+    for holder, name in ((config, "max_position_embeddings"), (config, "n_positions"),
+                         (model, "max_sequence_length")):
+        value = getattr(holder, name, None) if holder is not None else None
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
 
 
 def specs_of_tensors(tensors: list) -> list[InputSpec]:
     """Input specs read off an artifact's inputs (verifiers.runtimes TensorInfo), for sources that
-    come without example inputs: each dynamic axis gets DEFAULT_DYNAMIC_SIZE."""
+    come without example inputs: dynamic axes that share a symbol get one size, distinct symbols
+    distinct sizes from 2 up (verifiers.sizes.default_sizes)."""
+    axes = artifact_axes(tensors)
+    sizes = default_sizes([a.symbol for a in axes])
+    size_of = {(a.input, a.axis): sizes[a.symbol] for a in axes}
     return [
-        InputSpec(t.name, tuple(d if isinstance(d, int) and d > 0 else DEFAULT_DYNAMIC_SIZE for d in t.shape), t.dtype)
+        InputSpec(t.name, tuple(size_of.get((t.name, k), d) for k, d in enumerate(t.shape)), t.dtype)
         for t in tensors
     ]
 

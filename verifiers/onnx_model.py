@@ -273,3 +273,35 @@ def describe(path: str | Path, structure: Structure | None = None) -> dict[str, 
         "outputs": [{"name": o.name, "shape": _shape(o), "dtype": _dtype(o)} for o in model.graph.output],
         "external_data": structure.external_data_files(),
     }
+
+
+# Ops that read a shape, or positions along axes, from an input: those inputs by position.
+SHAPE_INPUTS = {"Reshape": (1,), "Expand": (1,), "Tile": (1,), "Slice": (1, 2), "ConstantOfShape": (0,)}
+
+
+def constant_shapes(model: onnx.ModelProto) -> list[tuple[str, str, list[int]]]:
+    """(node, op type, values) for every shape input of the main graph's Reshape, Expand, Tile,
+    Slice and ConstantOfShape nodes that is a constant (an initializer held in the file, or a
+    Constant node): sizes fixed when the artifact was made."""
+    from onnx import numpy_helper
+
+    from verifiers.gelu.onnx_graph import node_label
+
+    constants = {t.name: t for t in model.graph.initializer if t.data_location != onnx.TensorProto.EXTERNAL}
+    for node in model.graph.node:
+        if node.op_type == "Constant" and node.domain in DEFAULT_DOMAINS:
+            for attr in node.attribute:
+                if attr.name == "value" and node.output:
+                    constants[node.output[0]] = attr.t
+                elif attr.name == "value_ints" and node.output:
+                    constants[node.output[0]] = onnx.helper.make_tensor("", onnx.TensorProto.INT64, [len(attr.ints)],
+                                                                        list(attr.ints))
+    found = []
+    for node in model.graph.node:
+        for k in SHAPE_INPUTS.get(node.op_type, ()) if node.domain in DEFAULT_DOMAINS else ():
+            if k < len(node.input) and node.input[k] in constants:
+                values = numpy_helper.to_array(constants[node.input[k]]).ravel()
+                if values.dtype.kind in "iu":
+                    found.append((node_label(node), node.op_type, [int(v) for v in values]))
+    return found
+

@@ -18,6 +18,7 @@ from verifiers.report import Report
 from verifiers.steps import Progress, count, silent
 from verifiers.runtimes import InvalidArtifact, Runner, open_runner, run_model, runtime_for
 from verifiers.runtimes import isolation
+from verifiers.sizes import is_dynamic, symbol_of
 
 
 # In a finding's data: it is about the export as it was before a declared GELU rewrite.
@@ -43,6 +44,9 @@ def describe_artifact(path: str | Path, runtime: str | None = None) -> dict[str,
         artifact = fmt.open(path)
         info = artifact.describe()
         info["gelu"] = describe_sites(artifact.activation_sites(probes))
+    for tensor in info["inputs"]:
+        tensor["dynamic_axes"] = [{"axis": k, "symbol": symbol_of(dim, k)} for k, dim in enumerate(tensor["shape"])
+                                  if is_dynamic(dim)]
     return info
 
 
@@ -108,6 +112,11 @@ class Comparison:
     def against(self, artifact_outputs, tolerances: Tolerances):
         return compare_outputs(self.reference_names, self.artifact_names, self.pairs,
                                self.reference_outputs, artifact_outputs, tolerances)
+
+    def against_at(self, reference: list[np.ndarray], artifact: list[np.ndarray], tolerances: Tolerances):
+        """One batch of the source's outputs against the artifact's (a batch at another size)."""
+        return compare_outputs(self.reference_names, self.artifact_names, self.pairs, [reference], [artifact],
+                               tolerances)
 
 
 def judge_gelu(report: Report, artifact: Artifact, captured: list | str | None, comparison: Comparison,
@@ -205,3 +214,96 @@ def _artifact_feed(runner: Runner, feed: dict[str, np.ndarray]) -> dict[str, np.
         raise BadInput(f"the artifact takes inputs {', '.join(names)} and the source "
                        f"{', '.join(feed)}; they cannot be matched by name or by order")
     return chosen
+
+
+def fixed_in_artifact(report: Report, plans: list, inputs: list, exporter: str | None = None) -> None:
+    """Fail (exit 4) every axis an export declared dynamic that came out static in the artifact,
+    naming input and axis; such a symbol is not run at other sizes (the artifact refuses them)."""
+    shapes = {info.name: info.shape for info in inputs}
+    for plan in plans:
+        fixed = [(a, shapes[a.input][a.axis]) for a in plan.axes
+                 if a.input in shapes and a.axis < len(shapes[a.input]) and not is_dynamic(shapes[a.input][a.axis])]
+        if not fixed:
+            continue
+        axis, size = fixed[0]
+        why = ""
+        if exporter and "dynamo" in exporter:
+            why = "; torch.export specialised it" + (" (an export size of 1 always specialises: export with 2 or more)"
+                                                       if plan.export_size == 1 else "")
+        plan.static = f"declared dynamic, static in the artifact (size {size}){why}"
+        report.fail("target", f"input {axis.input} axis {axis.axis} is dynamic in the source and static in the "
+                              f"artifact (size {size}){why}", data={"dynamic": {"input": axis.input, "axis": axis.axis}})
+
+
+def compare_at_sizes(report: Report, comparison: Comparison, plans: list, sized: dict, tolerances: Tolerances,
+                     progress: Progress = silent) -> None:
+    """Run the artifact on the feeds at every other planned size (`sized`: (symbol, size) -> (feed,
+    the source's outputs there)) and compare; a difference or a runtime error there fails (exit 1)
+    naming input, axis and size. Fills report.dynamic."""
+    runner = comparison.runner
+    export_err = max((o.max_abs_err or 0.0 for o in report.outputs), default=0.0)
+    todo = [(plan, size) for plan in plans if plan.static is None for size in plan.extra_sizes
+            if (plan.symbol, size) in sized]
+    with report.timed("sizes"):
+        if todo:
+            progress(f"running the artifact at {len(todo)} other size(s) of {len(plans)} dynamic symbol(s)")
+        for done, (plan, size) in enumerate(todo):
+            count(progress, "sizes", done, len(todo))
+            feed, reference = sized[(plan.symbol, size)]
+            where = plan.where(size)
+            try:
+                outputs = runner.infer(_artifact_feed(runner, feed))
+            except ExportgateError as exc:
+                if exc.kind not in ("input", "numeric"):
+                    raise  # a crashed or hung runtime stays a runtime failure
+                outputs, error = None, str(exc)
+            except Exception as exc:  # noqa: BLE001 - the runtime's own error at this size
+                outputs, error = None, one_line(exc)
+            if outputs is None:
+                plan.failed[size] = f"the artifact fails to run: {error}"
+                report.fail("numeric", f"the artifact fails to run at {where}: {error}",
+                            data={"dynamic": {"symbol": plan.symbol, "size": size}})
+                continue
+            worst = 0.0
+            for variant in runner.variants:
+                results, findings = comparison.against_at(reference, outputs[variant], tolerances)
+                if variant == runner.variants[0]:
+                    worst = max((r.max_abs_err or 0.0 for r in results), default=0.0)
+                prefix = f"({variant}) " if variant != runner.variants[0] else ""
+                for finding in findings:
+                    finding.message = prefix + _at_size(finding, where)
+                    finding.data["dynamic"] = {"symbol": plan.symbol, "size": size}
+                    report.failures.append(finding)
+                    plan.failed.setdefault(size, _at_size(finding, where))
+            plan.max_abs_err[size] = worst
+        count(progress, "sizes", len(todo), len(todo))
+    for plan in plans:
+        if plan.static is None:
+            plan.max_abs_err[plan.export_size] = export_err
+        report.dynamic.extend(plan.entries())
+
+
+def _at_size(finding, where: str) -> str:
+    """`output y: max abs err 1.23 at x axis 1 = 11 (export size 6)`, or the finding's message
+    with the place added."""
+    if "max_abs_err" in finding.data and finding.output:
+        return f"output {finding.output}: max abs err {finding.data['max_abs_err']:.3g} at {where}"
+    return f"{finding.message} at {where}"
+
+
+def baked_size_hints(report: Report, artifact: Artifact, plans: list) -> None:
+    """Hint at constant shapes that hold a dynamic symbol's export size (a Reshape to [2, -1]
+    when the batch was exported at 2): the artifact may hold that size whatever it is given."""
+    sizes = {}
+    for plan in plans:
+        if plan.export_size > 1:
+            sizes.setdefault(plan.export_size, plan)
+    if not sizes:
+        return
+    for node, op, values in artifact.shape_constants():
+        held = [size for size in dict.fromkeys(values) if size in sizes]
+        if held:
+            plan = sizes[held[0]]
+            report.dynamic_hints.append({"kind": "constant_shape", "location": node, "message": (
+                f"{op} node {node!r} reads the constant {values}, which holds {held[0]}, the export size of "
+                f"{', '.join(a.describe() for a in plan.axes)}")})

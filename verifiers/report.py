@@ -139,6 +139,12 @@ class Report:
     gelu: list[dict[str, Any]] = field(default_factory=list)  # one entry per GELU site pair
     # Per output: how far swapping every exact/tanh GELU of the artifact moves it.
     gelu_swap_effect: dict[str, float] = field(default_factory=dict)
+    # One entry per dynamic axis: {"input", "axis", "symbol", "export_size", "sizes", "range",
+    # "status": "pass" | "fail" | "skipped", "detail", "max_abs_err": {size: err}} (verifiers.sizes).
+    dynamic: list[dict[str, Any]] = field(default_factory=list)
+    # Why a dynamic axis may not hold at other sizes, seen before running: {"kind", "message",
+    # "location"}. Hints only: the verdict comes from the runs at other sizes.
+    dynamic_hints: list[dict[str, Any]] = field(default_factory=list)
     failures: list[Finding] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
@@ -221,6 +227,14 @@ class Report:
                 f"  {len(passed)} output(s) within tolerance, max abs err {worst:.3g}"
                 f" over {(self.batches or 0) + self.example_batch} input batch(es)"
             )
+        if self.dynamic and not self.failures:
+            checked = [d for d in self.dynamic if d["status"] == "pass"]
+            if checked:
+                lines.append("  dynamic axes hold at other sizes: " + "; ".join(
+                    f"{d['input']} axis {d['axis']} at {', '.join(map(str, d['sizes']))}" for d in checked))
+            for entry in self.dynamic:
+                if entry["status"] == "skipped":
+                    lines.append(f"  {entry['input']} axis {entry['axis']} not checked at other sizes: {entry['detail']}")
         if self.gelu_guard.startswith("off"):
             lines.append(f"  GELU guard {self.gelu_guard}")
         if self.gelu and not any(f.kind == "gelu" for f in self.failures):
@@ -231,6 +245,8 @@ class Report:
                          + (f"; {unused} unused (no output depends on them), not judged" if unused else ""))
         for finding in self.failures:
             lines.append(f"  [{finding.kind}] {finding.message}")
+        if any("dynamic" in f.data for f in self.failures):
+            lines.extend(f"  hint: {hint['message']}" for hint in self.dynamic_hints)
         if self.rejected_artifact:
             lines.append(f"  rejected artifact kept at {self.rejected_artifact}")
         return lines

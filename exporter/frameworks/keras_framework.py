@@ -12,7 +12,8 @@ import numpy as np
 
 from verifiers.errors import BadInput, one_line
 from exporter.frameworks import Framework
-from exporter.sources import DEFAULT_DYNAMIC_SIZE, InputSpec, Source
+from exporter.sources import InputSpec, Source
+from verifiers.sizes import DynamicAxis, default_sizes, symbol_of
 
 
 def prepare_keras_environment() -> None:
@@ -55,16 +56,19 @@ class KerasFramework(Framework):
         takes_dict = _takes_dict(model)
         try:
             struct = model.input if takes_dict else dict(zip((t.name for t in model.inputs), model.inputs))
-            declared = [
-                InputSpec(
-                    name,
-                    tuple(DEFAULT_DYNAMIC_SIZE if d is None else int(d) for d in t.shape),
-                    str(t.dtype),
-                )
-                for name, t in struct.items()
-            ]
+            shapes = {name: list(t.shape) for name, t in struct.items()}
+            dtypes = {name: str(t.dtype) for name, t in struct.items()}
         except (AttributeError, ValueError):
-            declared = []  # an unbuilt Sequential model: its inputs come from the example or --input
+            shapes, dtypes = {}, {}  # an unbuilt Sequential model: its inputs come from the example or --input
+        # None dimensions are dynamic: exported as dynamic and verified at several sizes, unless
+        # --input fixes the input's shape. Those nothing gives a size get distinct ones from 2 up.
+        given = {s.name: s for s in input_specs}
+        dynamic = [DynamicAxis(name, k, symbol_of(None, k)) for name, shape in shapes.items() if name not in given
+                   for k, d in enumerate(shape) if d is None]
+        sizes = default_sizes([a.symbol for a in dynamic])
+        declared = [InputSpec(name, tuple(sizes[symbol_of(None, k)] if d is None else int(d)
+                                          for k, d in enumerate(shape)), dtypes[name])
+                    for name, shape in shapes.items()]
         by_keyword = isinstance(example, Mapping) or takes_dict
         arrays = None
         if example is not None:
@@ -77,7 +81,6 @@ class KerasFramework(Framework):
                 names = [f"input_{i}" for i in range(len(values))]
             arrays = {name: np.asarray(value) for name, value in zip(names, values)}
             declared = [InputSpec(n, tuple(a.shape), a.dtype.name) for n, a in arrays.items()]
-        given = {s.name: s for s in input_specs}
         if declared:
             unknown = set(given) - {s.name for s in declared}
             if unknown:
@@ -93,7 +96,9 @@ class KerasFramework(Framework):
                 f"{spec}: the Keras model has no defined inputs; start it with keras.Input, return "
                 "(model, example_inputs) from the callable, or pass --input NAME:SHAPE:DTYPE"
             )
-        return Source(spec, self, model, inputs, arrays, by_keyword=by_keyword)
+        names = {s.name for s in inputs}
+        return Source(spec, self, model, inputs, arrays, by_keyword=by_keyword,
+                      dynamic=[a for a in dynamic if a.input in names])
 
     def run(self, source, feed):
         arrays = [feed[name] for name in source.input_names]

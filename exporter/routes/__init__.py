@@ -13,7 +13,8 @@ from typing import Callable
 
 from verifiers.errors import BadInput
 from verifiers.registry import LazyRegistry
-from exporter.sources import DynamicAxis, Source
+from exporter.sources import Source
+from verifiers.sizes import DynamicAxis
 
 Progress = Callable[[str], None]
 
@@ -33,6 +34,8 @@ class ExportRequest:
 class ExportResult:
     exporter: str  # what produced the artifact, e.g. "torch.onnx (dynamo)"
     notes: list[str] = field(default_factory=list)
+    # Why a dynamic axis may not hold at other sizes, seen while exporting (report.dynamic_hints).
+    hints: list[dict] = field(default_factory=list)
 
 
 class Route:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import sys
+import warnings
 from pathlib import Path
 
 from verifiers.errors import ExportgateError, Incompatible, one_line
@@ -32,13 +33,14 @@ DYNAMO_BASE_OPSET = 18  # below this the dynamo exporter converts down, and may 
 TORCHSCRIPT_MAX_OPSET = 20
 
 
-def _export_dynamo(source, request, dest, args, kwargs, dynamic_axes):
+def _export_dynamo(source, request, dest, args, kwargs, hints):
     torch = sys.modules["torch"]
     FRAMEWORKS["torch"].require("onnxscript")  # its backend
     torch.onnx.export(
         source.model, args, str(dest), kwargs=kwargs, dynamo=True, opset_version=request.opset,
         input_names=source.input_names, output_names=request.output_names or None,
-        dynamic_axes=dynamic_axes or None, external_data=True, optimize=True,
+        dynamic_shapes=_dynamic_shapes(torch, source, request.dynamic, bool(kwargs)), external_data=True,
+        optimize=True,
     )
     if request.opset is not None and request.opset < DYNAMO_BASE_OPSET:
         import onnx
@@ -89,7 +91,30 @@ def split_sizes_for_opset(model) -> int:
     return len(nodes)
 
 
-def _export_torchscript(source, request, dest, args, kwargs, dynamic_axes):
+def _dynamic_shapes(torch, source, axes, by_keyword: bool):
+    """torch.export's dynamic_shapes for the dynamic axes: one Dim per symbol (axes that share it
+    must be equal), named after it and bounded by its range; keyed by input name for a model
+    called by keyword, else one entry per positional input."""
+    if not axes:
+        return None
+    dims = {}
+    for axis in axes:
+        low, high = dims.get(axis.symbol, (axis.low, axis.high))
+        highs = [h for h in (high, axis.high) if h is not None]
+        dims[axis.symbol] = (max(low, axis.low), min(highs) if highs else None)
+    made = {symbol: torch.export.Dim(symbol, min=low, **({} if high is None else {"max": high}))
+            for symbol, (low, high) in dims.items()}
+    per_input = {name: {a.axis: made[a.symbol] for a in axes if a.input == name} or None
+                 for name in source.input_names}
+    return per_input if by_keyword else tuple(per_input.values())
+
+
+# torch's tracer warns so when model code turns a tensor into a Python number: that number is
+# a constant of the trace, and the artifact holds it whatever size it is given.
+_TRACED_NUMBER = "Converting a tensor to a Python"
+
+
+def _export_torchscript(source, request, dest, args, kwargs, hints):
     torch = sys.modules["torch"]
     if is_exported_program(source.model):
         raise Incompatible("the TorchScript exporter cannot take a torch.export program (.pt2)")
@@ -101,11 +126,26 @@ def _export_torchscript(source, request, dest, args, kwargs, dynamic_axes):
     model = keyword_call(source.model, source.input_names) if _takes_keywords(source) else source.model
     if kwargs:
         args, kwargs = tuple(kwargs.values()), None
-    torch.onnx.export(
-        model, args, str(dest), dynamo=False, opset_version=request.opset,
-        input_names=source.input_names, output_names=request.output_names or None,
-        dynamic_axes=dynamic_axes or None, do_constant_folding=True,
-    )
+    dynamic_axes = {}
+    for axis in request.dynamic:
+        dynamic_axes.setdefault(axis.input, {})[axis.axis] = axis.symbol
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", torch.jit.TracerWarning)
+        torch.onnx.export(
+            model, args, str(dest), dynamo=False, opset_version=request.opset,
+            input_names=source.input_names, output_names=request.output_names or None,
+            dynamic_axes=dynamic_axes or None, do_constant_folding=True,
+        )
+    if request.dynamic:
+        seen = set()
+        for warning in caught:
+            where = f"{warning.filename}:{warning.lineno}"
+            if issubclass(warning.category, torch.jit.TracerWarning) and str(warning.message).startswith(
+                    _TRACED_NUMBER) and where not in seen:
+                seen.add(where)
+                hints.append({"kind": "traced_number", "location": where, "message": (
+                    f"{where}: the TorchScript tracer turned a tensor into a Python number; the artifact "
+                    "holds its export-time value whatever size it is given")})
 
 
 def _takes_keywords(source: Source) -> bool:
@@ -160,19 +200,16 @@ class TorchToOnnx(Route):
     def export(self, source: Source, request: ExportRequest, dest: Path, progress) -> ExportResult:
         torch = FRAMEWORKS["torch"].require("torch")
         args, kwargs = FRAMEWORKS["torch"].example_tensors(source, request.sample_inputs)
-        dynamic_axes = {}
-        for axis in request.dynamic:
-            dynamic_axes.setdefault(axis.input, {})[axis.axis] = f"{axis.input}_dim{axis.axis}"
-
         attempts: list[str] = []
         mismatch = False
         for name in exporter_order(request.opset, request.exporter):
             label = f"torch.onnx ({name})"
             progress(f"exporting with {label} at opset {request.opset or 'default'}")
             remove_artifact(dest, "onnx")  # a previous attempt, with the data files it names
+            hints: list[dict] = []
             try:
                 with quiet_exporter(), _modes_kept(source.model):
-                    EXPORTERS[name](source, request, dest, args, kwargs, dynamic_axes)
+                    EXPORTERS[name](source, request, dest, args, kwargs, hints)
             except ExportgateError as exc:
                 attempts.append(f"{label} of torch {torch.__version__}: {exc}")
                 continue
@@ -182,7 +219,7 @@ class TorchToOnnx(Route):
             produced = default_opset(load_structure(dest).model)
             if request.opset is None or produced == request.opset:
                 notes = [f"{a}; fell back" for a in attempts]
-                return ExportResult(exporter=label, notes=notes)
+                return ExportResult(exporter=label, notes=notes, hints=hints)
             mismatch = True
             attempts.append(f"{label} produced opset {produced}")
         remove_artifact(dest, "onnx")

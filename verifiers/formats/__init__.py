@@ -45,6 +45,11 @@ class Artifact:
         """What the report records about the artifact (its opset, its minimum runtime version)."""
         raise NotImplementedError
 
+    def shape_constants(self) -> list[tuple[str, str, list[int]]]:
+        """(node, op, values) for every constant shape an op of the artifact reads (a Reshape's
+        target shape): sizes fixed when it was made. None known by default."""
+        return []
+
     def activation_sites(self, runner: type | None = None) -> list:
         """The GELU and ReLU sites in graph order, GELUs measured on the probes in `runner`'s
         runtime (a verifiers.runtimes Runner class; the format's default when None). Run it in a

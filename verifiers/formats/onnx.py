@@ -75,6 +75,11 @@ class OnnxArtifact(Artifact):
             report.fail("opset", f"asked for opset {report.requested_opset}, the artifact has opset "
                                  f"{report.actual_opset} ({report.exporter})")
 
+    def shape_constants(self) -> list[tuple[str, str, list[int]]]:
+        from verifiers.onnx_model import constant_shapes
+
+        return malformed_onnx_is_bad_input(self.path, constant_shapes, self.model)
+
     def activation_sites(self, runner: type | None = None) -> list:
         from verifiers.gelu.inventory import onnx_inventory
 

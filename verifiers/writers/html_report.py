@@ -27,6 +27,7 @@ OPTION = "--html"
 _ID_OR_REFERENCE = re.compile(r"""(\bid=["']|url\(#|href=["']#)([^"')]+)""")
 _STATUS_CLASS = {"kept": "pass", "declared": "note", "unused": "skip", "changed": "fail", "removed": "fail",
                  "added": "fail"}
+_SIZE_STATUS_CLASS = {"pass": "pass", "fail": "fail", "skipped": "skip"}
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 72em; color: #1a1a1a; }
 h1 { font-size: 1.6em; } h2 { margin-top: 2em; border-bottom: 1px solid #ccc; } h3 { margin-top: 1.5em; }
@@ -120,6 +121,8 @@ class _Page:
                 f"<li><b>{_e(f.kind)}</b>: {_e(f.message)}</li>" for f in report.failures) + "</ul>")
         if report.outputs:
             parts.append(self._outputs(report))
+        if report.dynamic:
+            parts.append(self._dynamic(report))
         if report.gelu or report.gelu_guard != "not run":
             parts.append(self._gelu(report))
         if report.target:
@@ -151,6 +154,19 @@ class _Page:
         parts = ["<h3>Outputs</h3>", _table(["output", "shape", "max abs err", "max rel err", "out of tolerance",
                                              "atol / rtol", ""], rows)]
         parts += [self.svg(_histogram(prefix + o.name, o)) for prefix, o in runs if o.error_histogram]
+        return "".join(parts)
+
+    @staticmethod
+    def _dynamic(report: Report) -> str:
+        rows = [[(_SIZE_STATUS_CLASS[d["status"]], _e(d["status"])), _e(d["input"]), _e(d["axis"]), _e(d["symbol"]),
+                 _e(d["export_size"]), _e(", ".join(map(str, d["sizes"]))),
+                 _e(f"{d['range'][0]}..{'' if d['range'][1] is None else d['range'][1]}"), _e(d["detail"])]
+                for d in report.dynamic]
+        parts = ["<h3>Dynamic axes</h3>", _table(["status", "input", "axis", "symbol", "export size", "sizes tried",
+                                                  "range", "detail"], rows)]
+        if report.dynamic_hints:
+            parts.append("<p>Hints (the verdict comes from the runs):</p><ul>" + "".join(
+                f"<li>{_e(h['message'])}</li>" for h in report.dynamic_hints) + "</ul>")
         return "".join(parts)
 
     def _gelu(self, report: Report) -> str:

@@ -13,6 +13,9 @@ each with its one-line message on failure and its time:
                       removed and added fail, unused are skipped; a guard that could not read the
                       source fails, a guard turned off is skipped
   classname "target"  each incompatibility with --target, or one passing case for a compatible artifact
+  classname "dynamic" each dynamic axis ("x axis 1"): passing when the artifact holds at every size
+                      tried, failing with the first difference or error at another size (or the
+                      axis that came out static), skipped when no other size could be run
 
 The suite's properties give the verdict, exit code, artifact, hash and versions.
 """
@@ -31,6 +34,7 @@ _GELU_FAILED = ("changed", "removed", "added")
 _OUTPUT_STEPS = ("run_artifact", "compare")
 _GELU_STEPS = ("gelu_source", "gelu", "gelu_sensitivity")
 _TARGET_STEPS = ("target_check",)
+_SIZE_STEPS = ("sizes",)
 
 
 def write(report: Report, path: Path) -> None:
@@ -55,7 +59,8 @@ def testsuite(name: str, report: Report):
     for key, value in _properties(report).items():
         suite.add_property(key, value)
     placed: set[int] = set()
-    cases = [*_output_cases(report, placed), *_gelu_cases(report, placed), *_target_cases(report, placed)]
+    cases = [*_output_cases(report, placed), *_dynamic_cases(report, placed), *_gelu_cases(report, placed),
+             *_target_cases(report, placed)]
     suite.add_testcase(_run_case(report, [f for f in report.failures if id(f) not in placed]))
     for case in cases:
         suite.add_testcase(case)
@@ -76,7 +81,7 @@ def _case(classname: str, name: str, seconds: float, failures: list[Finding] = (
 
 
 def _run_case(report: Report, unclaimed: list[Finding]):
-    claimed_steps = (*_OUTPUT_STEPS, *_GELU_STEPS, *_TARGET_STEPS)
+    claimed_steps = (*_OUTPUT_STEPS, *_SIZE_STEPS, *_GELU_STEPS, *_TARGET_STEPS)
     seconds = sum(t for step, t in report.timings.items() if step not in claimed_steps)
     case = _case("run", report.command, seconds, unclaimed)
     if report.notes:
@@ -91,12 +96,34 @@ def _output_cases(report: Report, placed: set[int]):
     for prefix, result in runs:
         variant = prefix[:-2]
         found = [f for f in report.failures if f.kind == "numeric" and f.output == result.name
-                 and id(f) not in placed and f.message.startswith(f"({variant})") == bool(variant)]
+                 and "dynamic" not in f.data and id(f) not in placed and f.message.startswith(f"({variant})") == bool(variant)]
         placed.update(map(id, found))
         if not found and not result.passed:
             found = [Finding("numeric", f"output {result.name}: max abs err {result.max_abs_err:.3g} "
                                         f"(atol {result.atol:g}, rtol {result.rtol:g})")]
         yield _case("output", prefix + result.name, seconds, found)
+
+
+def _dynamic_cases(report: Report, placed: set[int]):
+    seconds = _share(report, _SIZE_STEPS, len(report.dynamic))
+    for entry in report.dynamic:
+        found = [f for f in report.failures if _about_axis(f, entry) and id(f) not in placed]
+        placed.update(map(id, found))
+        if not found and entry["status"] == "fail":
+            found = [Finding("numeric", entry["detail"])]
+        yield _case("dynamic", f"{entry['input']} axis {entry['axis']}", seconds, found,
+                    skipped=entry["detail"] if entry["status"] == "skipped" else None)
+
+
+def _about_axis(finding: Finding, entry: dict) -> bool:
+    """Whether a finding is about this axis: a failure at one of its symbol's sizes, or the axis
+    found static in the artifact."""
+    about = finding.data.get("dynamic")
+    if about is None:
+        return False
+    if "symbol" in about:
+        return about["symbol"] == entry["symbol"]
+    return (about["input"], about["axis"]) == (entry["input"], entry["axis"])
 
 
 def _gelu_cases(report: Report, placed: set[int]):

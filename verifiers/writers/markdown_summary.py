@@ -24,19 +24,25 @@ def render(jobs: list[tuple[str, Report]]) -> str:
     verdict = "FAIL" if failed else "PASS"
     lines = [f"### exportgate: {verdict}", "",
              f"{len(jobs) - len(failed)} of {len(jobs)} job(s) pass.", "",
-             "| job | verdict | exit | format | opset | GELU sites | max abs err |",
-             "|---|---|---|---|---|---|---|"]
+             "| job | verdict | exit | format | opset | GELU sites | dynamic axes | max abs err |",
+             "|---|---|---|---|---|---|---|---|"]
     for name, report in jobs:
         changed = sum(g["status"] in ("changed", "removed", "added") for g in report.gelu)
         gelu = f"{len(report.gelu) - changed} kept, {changed} changed" if report.gelu else report.gelu_guard
         worst = max((o.max_abs_err or 0.0 for o in report.outputs), default=None)
         lines.append(f"| {_cell(name)} | {'✅ pass' if report.exit_code == 0 else '❌ fail'} | {report.exit_code} "
-                     f"| {report.format or ''} | {report.actual_opset or ''} | {gelu} "
+                     f"| {report.format or ''} | {report.actual_opset or ''} | {gelu} | {_cell(_dynamic(report))} "
                      f"| {'' if worst is None else f'{worst:.3g}'} |")
     for name, report in failed:
         lines += ["", f"**{_cell(name)}**", ""]
         lines += [f"- `{finding.kind}`: {_cell(finding.message)}" for finding in report.failures]
     return "\n".join(lines) + "\n"
+
+
+def _dynamic(report: Report) -> str:
+    """`x axis 0 at 1, 2, 3, 7`, one per axis, with its status when it did not pass."""
+    return "; ".join(f"{d['input']} axis {d['axis']} at {', '.join(map(str, d['sizes'])) or '-'}"
+                     + ("" if d["status"] == "pass" else f" ({d['status']})") for d in report.dynamic)
 
 
 def _cell(text: str) -> str:

@@ -1,0 +1,180 @@
+"""Which sizes each dynamic axis is verified at, and the feeds that carry them.
+
+A dynamic axis belongs to a symbol: axes that share one (one batch over several inputs, the
+length of input_ids and of attention_mask) always take the same size. Export and verify make the
+same plan: from the axes an export declared, or those of the artifact being verified, and the
+feed the export sizes are read from. Each symbol is tried at its export size and at 1, a prime
+other than the export size and a larger size (2 x export + 3), inside the axis's range; every
+other axis stays at its export size. One seeded batch is made per extra size.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
+
+# tf2onnx names every unknown dimension anew (unk__123): such names say nothing about which axes
+# move together.
+_UNNAMED = re.compile(r"^(unk__\d+|\?|-1|)$")
+
+
+@dataclass(frozen=True)
+class DynamicAxis:
+    """One dynamic axis of one input, its symbol and the sizes it may take (high None: no bound)."""
+
+    input: str
+    axis: int
+    symbol: str = ""
+    low: int = 1
+    high: int | None = None
+
+    def describe(self) -> str:
+        return f"{self.input} axis {self.axis}"
+
+
+def is_dynamic(dim: Any) -> bool:
+    """Whether a declared dimension is dynamic: an ONNX dim_param or unknown dim, a TFLite -1."""
+    return not (isinstance(dim, int) and dim >= 0)
+
+
+def symbol_of(dim: Any, axis: int) -> str:
+    """A dynamic dimension's symbol: its name when it has a meaningful one, else one shared by every
+    unnamed dynamic dimension at the same position (axis 0 is the batch)."""
+    if isinstance(dim, str) and not _UNNAMED.match(dim):
+        return dim
+    return "batch" if axis == 0 else f"dim{axis}"
+
+
+def artifact_axes(inputs: list) -> list[DynamicAxis]:
+    """The dynamic axes of an artifact's inputs (verifiers.runtimes TensorInfo records)."""
+    return [DynamicAxis(info.name, k, symbol_of(dim, k)) for info in inputs for k, dim in enumerate(info.shape)
+            if is_dynamic(dim)]
+
+
+def default_sizes(symbols: list[str]) -> dict[str, int]:
+    """Export sizes for symbols nothing gave a size: distinct, from 2 up, in order of appearance
+    (distinct, so that a batch baked into the artifact cannot pass for a baked length)."""
+    return {symbol: 2 + k for k, symbol in enumerate(dict.fromkeys(symbols))}
+
+
+def _is_prime(n: int) -> bool:
+    return n >= 2 and all(n % d for d in range(2, int(n ** 0.5) + 1))
+
+
+def sizes_to_try(export: int, low: int = 1, high: int | None = None) -> list[int]:
+    """The export size, 1, the smallest odd prime that is not the export size and the larger size
+    2 x export + 3, each moved inside [low, high]; ascending, without repeats."""
+    cap = 2 * export + 3 if high is None else high
+    prime = next(n for n in range(max(low, 3), max(low, 3) + 2 * export + 10) if _is_prime(n) and n != export)
+    wanted = (1, prime, 2 * export + 3)
+    return sorted({export, *(min(max(size, low), cap) for size in wanted)})
+
+
+@dataclass
+class SymbolSizes:
+    """What one symbol is tried at, and what came of each size."""
+
+    symbol: str
+    axes: list[DynamicAxis]
+    export_size: int
+    low: int
+    high: int | None
+    sizes: list[int]
+    skipped: dict[int, str] = field(default_factory=dict)  # size -> why it was not run
+    failed: dict[int, str] = field(default_factory=dict)  # size -> the first failure there
+    max_abs_err: dict[int, float] = field(default_factory=dict)  # size -> over every output
+    static: str | None = None  # why the symbol was not run at all (static in the artifact)
+
+    @property
+    def extra_sizes(self) -> list[int]:
+        return [size for size in self.sizes if size != self.export_size]
+
+    def where(self, size: int) -> str:
+        """`x axis 1 = 11 (export size 6)`; several axes of the symbol are listed together."""
+        return f"{', '.join(a.describe() for a in self.axes)} = {size} (export size {self.export_size})"
+
+    @property
+    def status(self) -> str:
+        if self.static is not None or self.failed:
+            return "fail"
+        return "skipped" if set(self.skipped) >= set(self.extra_sizes) else "pass"
+
+    def detail(self) -> str:
+        if self.static is not None:
+            return self.static
+        parts = [f"{size}: {why}" for size, why in sorted(self.failed.items())]
+        parts += [f"{size} skipped: {why}" for size, why in sorted(self.skipped.items())]
+        if not parts:
+            worst = max(self.max_abs_err.values(), default=0.0)
+            return f"right at sizes {', '.join(map(str, self.sizes))} (max abs err {worst:.3g})"
+        return "; ".join(parts)
+
+    def entries(self) -> list[dict[str, Any]]:
+        """report.dynamic's entries: one per axis of the symbol."""
+        return [{"input": a.input, "axis": a.axis, "symbol": self.symbol, "export_size": self.export_size,
+                 "sizes": [] if self.static is not None else list(self.sizes), "range": [self.low, self.high],
+                 "status": self.status, "detail": self.detail(),
+                 "max_abs_err": {str(size): err for size, err in sorted(self.max_abs_err.items())}}
+                for a in self.axes]
+
+
+def plan_sizes(axes: list[DynamicAxis], feed: dict[str, np.ndarray], limit: int | None = None) -> list[SymbolSizes]:
+    """The sizes each symbol of `axes` is tried at: the export size read off `feed`; `limit` (a
+    position-embedding length the model states) bounds every axis but the batch."""
+    plans: dict[str, SymbolSizes] = {}
+    for axis in axes:
+        if axis.input not in feed:
+            continue
+        plan = plans.get(axis.symbol)
+        if plan is None:
+            size = int(feed[axis.input].shape[axis.axis])
+            plan = plans[axis.symbol] = SymbolSizes(axis.symbol, [], size, 1, None, [])
+        plan.axes.append(axis)
+        plan.low = max(plan.low, axis.low)
+        if axis.high is not None:
+            plan.high = axis.high if plan.high is None else min(plan.high, axis.high)
+    for plan in plans.values():
+        high = plan.high
+        if limit is not None and any(a.axis != 0 for a in plan.axes):
+            high = limit if high is None else min(high, limit)
+        plan.sizes = sizes_to_try(plan.export_size, plan.low, high)
+    return list(plans.values())
+
+
+def sized_feed(feed: dict[str, np.ndarray], plan: SymbolSizes, size: int, seed: int) -> dict[str, np.ndarray]:
+    """`feed` with every axis of the symbol at `size`: each input it resizes gets seeded values
+    like its own (integers and booleans from the values it holds, so token ids and masks stay in
+    range; floats with its mean and spread); the other inputs are kept."""
+    import numpy as np
+
+    rng = np.random.default_rng([seed, size, zlib.crc32(plan.symbol.encode())])
+    resized = dict(feed)
+    for name, array in feed.items():
+        axes = [a.axis for a in plan.axes if a.input == name]
+        if not axes:
+            continue
+        shape = list(array.shape)
+        for k in axes:
+            shape[k] = size
+        resized[name] = _values_like(array, tuple(shape), rng)
+    return resized
+
+
+def _values_like(array: np.ndarray, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    import numpy as np
+
+    if array.size == 0:
+        return np.zeros(shape, array.dtype)
+    if array.dtype.kind in "biu":
+        low, high = array.min(), array.max()
+        if array.dtype.kind == "b":
+            return rng.choice(np.unique(array), size=shape)
+        return rng.integers(int(low), int(high) + 1, size=shape).astype(array.dtype)
+    wide = array.astype(np.float64)
+    spread = float(wide.std()) or 1.0
+    return (rng.standard_normal(shape) * spread + float(wide.mean())).astype(array.dtype)
