@@ -45,7 +45,8 @@ def run_zoo(progress) -> tuple[dict, float]:
         for group, name, to, opset in zoo.cells():
             route = zoo.route_id(to, opset)
             progress(f"{name} -> {route}")
-            report = api.export(zoo.spec(group, name), to=to, opset=opset, out=Path(tmp) / f"{name}-{route}.{to}")
+            report = api.export(zoo.spec(group, name), to=to, opset=opset, inputs=zoo.INPUTS.get((name, to), ()),
+                                out=Path(tmp) / f"{name}-{route}.{to}")
             results.setdefault((group, name), {})[route] = _cell_text(report)
     return results, time.perf_counter() - start
 

@@ -296,8 +296,12 @@ def constant_shapes(model: onnx.ModelProto) -> list[tuple[str, str, list[int]]]:
                 elif attr.name == "value_ints" and node.output:
                     constants[node.output[0]] = onnx.helper.make_tensor("", onnx.TensorProto.INT64, [len(attr.ints)],
                                                                         list(attr.ints))
+    # A Slice of a Shape picks dimensions by position: its bounds are indices, not sizes.
+    shapes = {node.output[0] for node in model.graph.node if node.op_type == "Shape" and node.output}
     found = []
     for node in model.graph.node:
+        if node.op_type == "Slice" and node.input and node.input[0] in shapes:
+            continue
         for k in SHAPE_INPUTS.get(node.op_type, ()) if node.domain in DEFAULT_DOMAINS else ():
             if k < len(node.input) and node.input[k] in constants:
                 values = numpy_helper.to_array(constants[node.input[k]]).ravel()

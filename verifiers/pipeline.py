@@ -226,10 +226,7 @@ def fixed_in_artifact(report: Report, plans: list, inputs: list, exporter: str |
         if not fixed:
             continue
         axis, size = fixed[0]
-        why = ""
-        if exporter and "dynamo" in exporter:
-            why = "; torch.export specialised it" + (" (an export size of 1 always specialises: export with 2 or more)"
-                                                       if plan.export_size == 1 else "")
+        why = "; torch.export specialised it" if exporter and "dynamo" in exporter else ""
         plan.static = f"declared dynamic, static in the artifact (size {size}){why}"
         report.fail("target", f"input {axis.input} axis {axis.axis} is dynamic in the source and static in the "
                               f"artifact (size {size}){why}", data={"dynamic": {"input": axis.input, "axis": axis.axis}})

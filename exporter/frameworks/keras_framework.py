@@ -63,9 +63,10 @@ class KerasFramework(Framework):
         # None dimensions are dynamic: exported as dynamic and verified at several sizes, unless
         # --input fixes the input's shape. Those nothing gives a size get distinct ones from 2 up.
         given = {s.name: s for s in input_specs}
-        dynamic = [DynamicAxis(name, k, symbol_of(None, k)) for name, shape in shapes.items() if name not in given
+        unknown = [DynamicAxis(name, k, symbol_of(None, k)) for name, shape in shapes.items()
                    for k, d in enumerate(shape) if d is None]
-        sizes = default_sizes([a.symbol for a in dynamic])
+        dynamic = [a for a in unknown if a.input not in given]
+        sizes = default_sizes([a.symbol for a in unknown])
         declared = [InputSpec(name, tuple(sizes[symbol_of(None, k)] if d is None else int(d)
                                           for k, d in enumerate(shape)), dtypes[name])
                     for name, shape in shapes.items()]

@@ -135,25 +135,35 @@ class KerasToTflite(Route):
                     converter.target_spec.supported_types = [tf.float16]
                 content = converter.convert()
         except Exception as exc:
-            message = str(exc)
-            flex = _flex_ops(message)
-            if flex or "ERROR_NEEDS_FLEX_OPS" in message:
-                listed = ", ".join(f"{op} (Flex{op})" for op in flex) or "some ops"
-                raise Incompatible(
-                    f"the TFLite converter has no builtin for {listed}: it would need SELECT_TF_OPS "
-                    "(Flex), which exportgate does not use and ai-edge-litert's builtin resolvers do not run"
-                ) from exc
-            custom = _custom_ops(message)
-            if custom or "ERROR_NEEDS_CUSTOM_OPS" in message:
-                raise Incompatible(
-                    f"the TFLite converter needs custom ops {', '.join(custom) or '(unnamed)'}, "
-                    "which ai-edge-litert does not run") from exc
-            raise Incompatible(f"the TFLite converter failed: {_first_error(message) or one_line(exc)}") from exc
+            raise Incompatible(_conversion_failure(exc) + _with_dynamic(request)) from exc
         check_converted(content, "the TFLite converter")
         Path(dest).write_bytes(content)
         label = f"tf.lite.TFLiteConverter (TensorFlow {tf.__version__})"
         return ExportResult(exporter=label, notes=quantize_notes(
             request.quantize, content, "the TFLite converter", " (it skips weight tensors under 1024 elements)"))
+
+
+def _conversion_failure(exc: Exception) -> str:
+    """One line for a failed conversion: the Flex or custom ops it would need, else its first error."""
+    message = str(exc)
+    flex = _flex_ops(message)
+    if flex or "ERROR_NEEDS_FLEX_OPS" in message:
+        listed = ", ".join(f"{op} (Flex{op})" for op in flex) or "some ops"
+        return (f"the TFLite converter has no builtin for {listed}: it would need SELECT_TF_OPS (Flex), which "
+                "exportgate does not use and ai-edge-litert's builtin resolvers do not run")
+    custom = _custom_ops(message)
+    if custom or "ERROR_NEEDS_CUSTOM_OPS" in message:
+        return f"the TFLite converter needs custom ops {', '.join(custom) or '(unnamed)'}, which ai-edge-litert does not run"
+    return f"the TFLite converter failed: {_first_error(message) or one_line(exc)}"
+
+
+def _with_dynamic(request: ExportRequest) -> str:
+    """What a failure with dynamic axes adds: which they are, and how to convert static shapes."""
+    if not request.dynamic:
+        return ""
+    axes = ", ".join(f"{a.input} axis {a.axis}" for a in request.dynamic)
+    return (f" (with {axes} dynamic: --dynamic, or None in the Keras model; fix their sizes with "
+            "--input NAME:SHAPE:DTYPE to convert static shapes)")
 
 
 def _first_error(message: str) -> str:

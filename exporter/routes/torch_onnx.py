@@ -9,6 +9,13 @@ artifact's opset is checked against the request.
 Below 18, dynamo's conversion keeps Split-18's num_outputs attribute, which older Splits do not
 have (onnx.checker rejects the model): it is replaced by what Split-13 reads, an even split or
 explicit sizes (see split_sizes_for_opset).
+
+Dynamic axes: the dynamo exporter gets one torch.export Dim per symbol (named after it, with the
+axis's range), so axes that share a symbol are one dimension; it specialises a dimension the
+model's code fixes (and one exported at size 1), which verification then finds static. The
+TorchScript exporter gets the symbols as dynamic_axes names and no ranges; it bakes every size
+model code reads with int(), and its tracer's warnings about it become hints with the model's
+file:line.
 """
 
 from __future__ import annotations
@@ -137,15 +144,25 @@ def _export_torchscript(source, request, dest, args, kwargs, hints):
             dynamic_axes=dynamic_axes or None, do_constant_folding=True,
         )
     if request.dynamic:
-        seen = set()
-        for warning in caught:
-            where = f"{warning.filename}:{warning.lineno}"
-            if issubclass(warning.category, torch.jit.TracerWarning) and str(warning.message).startswith(
-                    _TRACED_NUMBER) and where not in seen:
-                seen.add(where)
-                hints.append({"kind": "traced_number", "location": where, "message": (
-                    f"{where}: the TorchScript tracer turned a tensor into a Python number; the artifact "
-                    "holds its export-time value whatever size it is given")})
+        hints.extend(_traced_number_hints(torch, caught, source.files))
+
+
+def _traced_number_hints(torch, caught, own_files) -> list[dict]:
+    """One hint per place in the files the model was built from where the tracer turned a tensor
+    into a Python number, and one counting those inside installed libraries."""
+    own = {str(Path(path).resolve()) for path in own_files}
+    places = dict.fromkeys(f"{Path(w.filename).resolve()}:{w.lineno}" for w in caught
+                           if issubclass(w.category, torch.jit.TracerWarning)
+                           and str(w.message).startswith(_TRACED_NUMBER))
+    hints = [{"kind": "traced_number", "location": where, "message": (
+        f"{where}: the TorchScript tracer turned a tensor into a Python number; the artifact holds its "
+        "export-time value whatever size it is given")} for where in places if where.rpartition(":")[0] in own]
+    elsewhere = [where for where in places if where.rpartition(":")[0] not in own]
+    if elsewhere:
+        hints.append({"kind": "traced_number", "location": elsewhere[0], "message": (
+            f"the TorchScript tracer also turned tensors into Python numbers at {len(elsewhere)} place(s) in "
+            f"installed libraries (first: {elsewhere[0]})")})
+    return hints
 
 
 def _takes_keywords(source: Source) -> bool:
@@ -219,6 +236,10 @@ class TorchToOnnx(Route):
             produced = default_opset(load_structure(dest).model)
             if request.opset is None or produced == request.opset:
                 notes = [f"{a}; fell back" for a in attempts]
+                bounded = [a for a in request.dynamic if a.low > 1 or a.high is not None]
+                if name == "torchscript" and bounded:
+                    notes.append(f"the TorchScript exporter takes no ranges: those of --dynamic "
+                                 f"{', '.join(f'{a.input}:{a.axis}' for a in bounded)} bound only the sizes verified")
                 return ExportResult(exporter=label, notes=notes, hints=hints)
             mismatch = True
             attempts.append(f"{label} produced opset {produced}")

@@ -10,8 +10,9 @@ and output names instead.
   with 64-bit inputs is converted with enable_x64 so the artifact takes the source's dtypes.
 - --quantize goes through litert-torch's ai-edge-quantizer recipes (full_fp16_recipe,
   full_dynamic_recipe: int8 channelwise weights, dynamic-range compute).
-- --dynamic is refused: litert-torch 0.10's lowering fails on symbolic dimensions even for a
-  Linear-GELU-Linear MLP.
+- --dynamic is refused: litert-torch 0.10 passes dynamic_shapes to torch.export, but then lowers
+  most aten ops (mul, add, reshape: a Linear's bias already) through JAX at fixed sizes, which
+  fails on a symbolic dimension even for a Linear-GELU-Linear MLP.
 - litert-torch 0.10 miscompiles a broadcasting expand that a reshape and then a transpose read
   (transformers' repeat_kv for grouped-query attention, then q @ k^T: the transpose is lost and
   the artifact is wrong). Before conversion the model is captured with torch.export, and every
@@ -162,9 +163,9 @@ class TorchToTflite(Route):
         torch = FRAMEWORKS["torch"].require("torch")
         litert_torch = _require_litert_torch()
         if request.dynamic:
-            axes = ", ".join(f"{a.input}:{a.axis}" for a in request.dynamic)
-            raise Incompatible(f"--dynamic {axes}: litert-torch {litert_torch.__version__} cannot lower "
-                               "dynamic dimensions; PyTorch -> TFLite exports static shapes only")
+            axes = ", ".join(f"{a.input} axis {a.axis}" for a in request.dynamic)
+            raise Incompatible(f"--dynamic {axes}: litert-torch {litert_torch.__version__} cannot keep it dynamic "
+                               "(it lowers ops at fixed sizes); PyTorch -> TFLite exports static shapes only")
         feed = request.sample_inputs or source.example or make_batches(source, 0, 1)[-1]
         output_names = list(request.output_names) or source.run(feed)[0]
         args, kwargs = FRAMEWORKS["torch"].example_tensors(source, feed)

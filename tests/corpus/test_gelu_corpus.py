@@ -31,7 +31,8 @@ CELLS = list(zoo.cells())
 def test_zoo_cell(request, tmp_path, group, name, to, opset):
     if group == "keras":
         request.getfixturevalue("keras_hub_path")
-    report = api.export(zoo.spec(group, name), to=to, opset=opset, out=tmp_path / f"m.{to}")
+    report = api.export(zoo.spec(group, name), to=to, opset=opset, inputs=zoo.INPUTS.get((name, to), ()),
+                        out=tmp_path / f"m.{to}")
     known = zoo.KNOWN.get((name, to, opset))
     if known is not None:
         code, text = known
@@ -101,3 +102,14 @@ def test_keras_hub_artifact_with_a_changed_gelu_is_exit_3(tmp_path, keras_hub_pa
     report = api.verify(tmp_path / "changed.onnx", source=f"{KERAS}:{name}", atol=["1e-2"])
     assert report.exit_code == 3, report.summary_lines()
     assert [g["status"] for g in report.gelu] == ["changed", "kept"]
+
+
+def test_a_keras_hub_length_the_tflite_converter_cannot_keep_dynamic_is_exit_4_naming_it(keras_hub_path, tmp_path):
+    """Llama's None length needs FlexStridedSlice when dynamic: exit 4 naming the dynamic axes and
+    the way out (fixed sizes through --input, which the zoo cell takes and then verifies)."""
+    report = api.export(zoo.spec("keras", "hub_llama"), to="tflite", out=tmp_path / "m.tflite")
+    assert report.exit_code == 4, report.summary_lines()
+    [finding] = report.failures
+    assert "FlexStridedSlice" in finding.message and "token_ids axis 1" in finding.message
+    assert "fix their sizes with --input" in finding.message
+    assert not (tmp_path / "m.tflite").exists()

@@ -8,7 +8,8 @@ from verifiers.errors import BadInput, Incompatible
 from exporter.frameworks import FRAMEWORKS
 from exporter.routes import ExportRequest, route_for
 from exporter.frameworks import load_source
-from exporter.sources import DynamicAxis, make_batches
+from exporter.sources import make_batches
+from verifiers.sizes import DynamicAxis
 from fixtures.specs import keras_model
 from verifiers.gelu.catalogue import TANH
 from verifiers.gelu.tflite_sites import find_tflite_sites
