@@ -1,9 +1,11 @@
 """The hand-written equivalent of `exportgate export MODEL --to onnx --opset 17`: build the
 model, torch.onnx.export (TorchScript), onnx.checker's full check, one onnxruntime session, the
 example and three random batches through both sides, the max abs difference. With --verify-only,
-of `exportgate verify OUT.onnx --source MODEL`: the same without the export.
+of `exportgate verify OUT.onnx --source MODEL`: the same without the export. With --dynamic, every
+axis of every input is exported dynamic (axis 0 "batch", axis 1 "seq", shared over the inputs)
+and verified at the export size only.
 
-    python bench/handwritten/torch_to_onnx.py bench/models.py:bert_base OUT.onnx [--verify-only]
+    python bench/handwritten/torch_to_onnx.py bench/models.py:bert_base OUT.onnx [--verify-only] [--dynamic]
 """
 
 import importlib.util
@@ -40,8 +42,10 @@ class ByName(torch.nn.Module):
 
 
 if "--verify-only" not in sys.argv[3:]:
+    dynamic_axes = ({name: {k: ("batch", "seq")[k] for k in range(min(value.dim(), 2))} for name, value in example.items()}
+                    if "--dynamic" in sys.argv[3:] else None)
     torch.onnx.export(ByName(model), tuple(example.values()), out, opset_version=17, dynamo=False,
-                      input_names=names, output_names=["out"])
+                      input_names=names, output_names=["out"], dynamic_axes=dynamic_axes)
 onnx.checker.check_model(out, full_check=True)
 session = ort.InferenceSession(out, providers=["CPUExecutionProvider"])
 feed_names = [i.name for i in session.get_inputs()]  # by order: an artifact from another tool names them its way
