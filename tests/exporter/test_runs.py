@@ -277,6 +277,7 @@ def test_other_runtime_limits_run_the_jobs_again(cold_cache, tmp_path, limit):
     assert run_cached(folder / "exportgate.toml").reused == 2
 
 
+@pytest.mark.slow  # a whole release pipeline end to end, the longest runs of the default suite (CI runs slow too)
 def test_plan_then_shards_then_merge_is_the_local_run(tmp_path):
     config = write_config(tmp_path, FAST_CONFIG)
     ids = runs.plan(config)["jobs"]
@@ -350,6 +351,7 @@ def test_a_job_past_its_time_limit_fails_alone(tmp_path, monkeypatch):
     assert not list((tmp_path / "out/stalled/onnx17").glob("*.onnx"))
 
 
+@pytest.mark.slow  # a whole release pipeline end to end, the longest runs of the default suite (CI runs slow too)
 def test_three_models_by_three_artifacts_cold_then_cached_with_one_broken_job(tmp_path, cli):
     """PyTorch (an MLP, transformers BERT) and Keras models x ONNX at an opset, ONNX for a target
     and TFLite, plus one job broken on purpose; through the CLI, as a pipeline runs it."""
