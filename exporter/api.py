@@ -39,7 +39,7 @@ from verifiers.pipeline import (
 from verifiers.report import ArtifactInfo, Report
 from verifiers.runtimes import InvalidArtifact, Runner, runtime_for
 from verifiers.runtimes.isolation import start_early
-from verifiers.sizes import DynamicAxis, SymbolSizes, artifact_axes, plan_sizes, sized_feed
+from verifiers.sizes import DynamicAxis, SymbolSizes, artifact_axes, plan_sizes, sized_feed, undeclared_entry
 from verifiers.steps import Progress, Step, run_steps, silent
 from verifiers.targets import Target
 from verifiers.writers import check_reports, check_writable, write_reports
@@ -119,12 +119,8 @@ def _exported_at_sizes(run: Exported) -> None:
     fixed_in_artifact(run.report, run.plans, run.runner.inputs, run.report.exporter)
     _compare_at_sizes(run)
     declared = {(a.input, a.axis) for a in run.axes}
-    for axis in artifact_axes(run.runner.inputs):
-        if (axis.input, axis.axis) not in declared:
-            run.report.dynamic.append({
-                "input": axis.input, "axis": axis.axis, "symbol": axis.symbol, "export_size": None, "sizes": [],
-                "range": [1, None], "status": "skipped", "max_abs_err": {},
-                "detail": "dynamic in the artifact but not declared to the export (--dynamic): not run at other sizes"})
+    run.report.dynamic.extend(undeclared_entry(axis) for axis in artifact_axes(run.runner.inputs)
+                              if (axis.input, axis.axis) not in declared)
 
 
 def _judge_gelu(run: Checked) -> None:

@@ -268,10 +268,11 @@ def compare_at_sizes(report: Report, comparison: Comparison, plans: list, sized:
                     worst = max((r.max_abs_err or 0.0 for r in results), default=0.0)
                 prefix = f"({variant}) " if variant != runner.variants[0] else ""
                 for finding in findings:
-                    finding.message = prefix + _at_size(finding, where)
+                    message = _at_size(finding, where)
+                    finding.message = prefix + message
                     finding.data["dynamic"] = {"symbol": plan.symbol, "size": size}
                     report.failures.append(finding)
-                    plan.failed.setdefault(size, _at_size(finding, where))
+                    plan.failed.setdefault(size, message)
             plan.max_abs_err[size] = worst
         count(progress, "sizes", len(todo), len(todo))
     for plan in plans:

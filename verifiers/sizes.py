@@ -123,6 +123,14 @@ class SymbolSizes:
                 for a in self.axes]
 
 
+def undeclared_entry(axis: DynamicAxis) -> dict[str, Any]:
+    """report.dynamic's entry for an axis the artifact made dynamic that the export did not declare
+    (the source's outputs at other sizes were not computed: it is listed, not run)."""
+    return {"input": axis.input, "axis": axis.axis, "symbol": axis.symbol, "export_size": None, "sizes": [],
+            "range": [axis.low, axis.high], "status": "skipped", "max_abs_err": {},
+            "detail": "dynamic in the artifact but not declared to the export (--dynamic): not run at other sizes"}
+
+
 def plan_sizes(axes: list[DynamicAxis], feed: dict[str, np.ndarray], limit: int | None = None) -> list[SymbolSizes]:
     """The sizes each symbol of `axes` is tried at: the export size read off `feed`; `limit` (a
     position-embedding length the model states) bounds every axis but the batch."""
