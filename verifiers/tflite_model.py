@@ -284,9 +284,14 @@ class Tensor:
     shape_signature: tuple[int, ...] | None  # -1 for dynamic dimensions
     type: int  # TensorType
     buffer: int
-    quantized: bool
+    quantized: bool  # one scale and zero point for the whole tensor (per-tensor quantization)
     scale: float | None = None
     zero_point: int | None = None
+    # Every scale and zero point the tensor carries: one (per-tensor) or one per slice along
+    # quantized_dimension (per-axis, e.g. CONV_2D weights); empty when it has none.
+    scales: tuple[float, ...] = ()
+    zero_points: tuple[int, ...] = ()
+    quantized_dimension: int = 0
 
     @property
     def dtype(self) -> str:
@@ -414,6 +419,15 @@ def _ints(table: Any, field: int, size: int) -> tuple[int, ...]:
     return struct.unpack_from(f"<{length}i", table.Bytes, start)
 
 
+def _numbers(table: Any, field: int, code: str, size: int) -> tuple:
+    """A numeric vector field of struct format `code` ("f" float32, "q" int64; empty when absent)."""
+    found = _vector(table, field, struct.calcsize(code), size)
+    if found is None:
+        return ()
+    start, length = found
+    return struct.unpack_from(f"<{length}{code}", table.Bytes, start)
+
+
 def _string(raw: bytes | None) -> str:
     return raw.decode("utf-8", "replace") if raw else ""
 
@@ -468,16 +482,20 @@ def _parse(data: bytes, path: str) -> TFLiteModel:
             signature = _ints(tensor._tab, 18, size) or None
             q = tensor.Quantization()
             scale = zero_point = None
+            scales: tuple[float, ...] = ()
+            zeros: tuple[int, ...] = ()
+            axis = 0
             if q is not None:
-                scales = _vector(q._tab, 8, 4, size)
-                zeros = _vector(q._tab, 10, 8, size)
-                if scales and scales[1] == 1 and zeros and zeros[1] == 1:
-                    scale, zero_point = float(q.Scale(0)), int(q.ZeroPoint(0))
+                scales = _numbers(q._tab, 8, "f", size)
+                zeros = _numbers(q._tab, 10, "q", size)
+                axis = q.QuantizedDimension()
+                if len(scales) == 1 and len(zeros) == 1:
+                    scale, zero_point = scales[0], zeros[0]
             buffer = tensor.Buffer()
             if not 0 <= buffer < len(buffers):
                 raise _Corrupt(f"tensor {t} of subgraph {g} uses buffer {buffer} of {len(buffers)}")
             tensors.append(Tensor(_string(tensor.Name()), shape, signature, tensor.Type(), buffer,
-                                  scale is not None, scale, zero_point))
+                                  scale is not None, scale, zero_point, scales, zeros, axis))
         n = len(tensors)
 
         def indices(table, field, what, g=g, n=n):
