@@ -15,7 +15,10 @@ the op field, or "no float64 ..." in the note, checked against the op's input ty
 dtypes outside `dtypes`. TFLite (verifiers/formats/tflite.py): format, min_runtime_version (metadata or computed, the higher)
 > max_runtime_version, GELU builtin (gelu.builtin for op version 1, gelu.builtin_int8 for 2),
 SIGN (gelu.sign_op), an unfused tanh chain (gelu.tanh_chain), custom and Flex ops (always),
-op_gaps and dtypes.
+op_gaps and dtypes. Both formats, for integer devices (verifiers/precision.py): float compute on
+an integer_only target ("precision", one naming the mode and the first float op), a dynamic input
+axis on a static_shapes target and, for TFLite, an activation breaking max_rank or max_inner_dims
+("shape"), an op outside the target's `ops` ("op").
 
 `to_findings` turns them into report Findings: kind "opset" for an opset above the target's,
 "target" for everything else (both exit 4).

@@ -15,7 +15,7 @@ from typing import Any
 from verifiers.targets import OpGap, Target
 from verifiers.tflite_model import version_key
 
-KINDS = ("opset", "ir_version", "op", "dtype", "gelu", "runtime_version", "format")
+KINDS = ("opset", "ir_version", "op", "dtype", "gelu", "runtime_version", "format", "precision", "shape")
 _SHOWN = 3  # node names listed in a message before "and N more"
 _QUOTE_CHARS = 60
 
@@ -24,7 +24,8 @@ _QUOTE_CHARS = 60
 class Incompatibility:
     """One thing in the artifact the target lacks.
 
-    kind: "opset" | "op" | "dtype" | "gelu" | "runtime_version" | "format"; message: one line
+    kind: one of KINDS ("precision": float compute on an integer-only target, "shape": a dynamic
+    axis or a rank the target does not take); message: one line
     (what, where, the matrix fact and its source); detail: machine-readable facts (site, nodes,
     op, fact key, target value, sources...).
     """
@@ -108,7 +109,7 @@ def gap_text(target: Target, gap: OpGap) -> str:
     return f"(op_gaps: {gap.op}: {note}; {source})" if source else f"(op_gaps: {gap.op}: {note})"
 
 
-def _nodes_text(nodes: list[str]) -> str:
+def names_text(nodes: list[str]) -> str:
     shown = ", ".join(nodes[:_SHOWN])
     more = len(nodes) - _SHOWN
     return f"{shown} and {more} more" if more > 0 else shown
@@ -138,11 +139,11 @@ def locate(group: dict[str, Any], what: str) -> tuple[str, str]:
     site = group["site"]
     if site is not None:
         nodes = group["nodes"]
-        at = "" if list(site.nodes) == nodes else f" at node {_nodes_text(nodes)}"
+        at = "" if list(site.nodes) == nodes else f" at node {names_text(nodes)}"
         kind_of_site = "" if site.op == group["op"] else f" ({site.op})"
         return "gelu", f"GELU site {site.site_id}{kind_of_site} uses {what}{at}"
     n = len(group["nodes"])
-    return "op", f"{what} at {n} node{'s' if n != 1 else ''} ({_nodes_text(group['nodes'])})"
+    return "op", f"{what} at {n} node{'s' if n != 1 else ''} ({names_text(group['nodes'])})"
 
 
 def finding_detail(group: dict[str, Any], fact: str, target: Target, **more: Any) -> dict[str, Any]:
@@ -165,7 +166,7 @@ def dtype_incompatibilities(tensor_dtypes: dict[str, str], target: Target, what:
     for dtype, names in sorted(by_dtype.items()):
         names = sorted(names)
         n = len(names)
-        message = (f"{n} {what}{'s' if n != 1 else ''} of dtype {dtype} ({_nodes_text(names)}); {target.name} "
+        message = (f"{n} {what}{'s' if n != 1 else ''} of dtype {dtype} ({names_text(names)}); {target.name} "
                    f"supports {', '.join(target.dtypes or ())} ({cite(target, 'dtypes') or 'dtypes'})")
         out.append(Incompatibility("dtype", message, {
             "dtype": dtype, "tensors": names, "fact": "dtypes", "allowed": list(target.dtypes or ()),

@@ -15,10 +15,11 @@ import yaml
 
 from verifiers.errors import BadInput, one_line
 from verifiers.formats import FORMATS
-from verifiers.targets import LIMIT_FIELDS, OpGap, Source, Target
+from verifiers.targets import INTEGER_DTYPES, LIMIT_FIELDS, RANK_FIELDS, OpGap, Source, Target
 
 SCHEMA = 1
-COMMON_FIELDS = {"format", "runtime", "version", "gelu", "dtypes", "op_gaps", "sources", "confirmed_by_test"}
+COMMON_FIELDS = {"format", "runtime", "version", "gelu", "dtypes", "op_gaps", "sources", "confirmed_by_test",
+                 "integer_only", "integer_dtypes", "static_shapes", "ops"}
 
 
 def packaged_matrix_path() -> Path:
@@ -134,6 +135,34 @@ def _build(name: str, raw: object, label: str) -> Target:
 
     confirmed = tuple(text("confirmed_by_test", key) for key in seq("confirmed_by_test"))
 
+    def flag(field: str) -> bool | None:
+        value = raw.get(field)
+        if value is not None and not isinstance(value, bool):
+            raise fail(field, "must be true, false or null")
+        return value
+
+    integer_only, static_shapes = flag("integer_only"), flag("static_shapes")
+    integer_dtypes = tuple(text("integer_dtypes", d) for d in seq("integer_dtypes"))
+    if integer_only is True and not integer_dtypes:
+        raise fail("integer_dtypes", f"is required with integer_only: true (a list of {', '.join(INTEGER_DTYPES)})")
+    if integer_dtypes and integer_only is not True:
+        raise fail("integer_dtypes", "is only for integer_only: true")
+    if set(integer_dtypes) - set(INTEGER_DTYPES):
+        raise fail("integer_dtypes", f"must list only {', '.join(INTEGER_DTYPES)}")
+
+    ranks = {}
+    for field in RANK_FIELDS:
+        value = raw.get(field)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise fail(field, "must be a positive integer or null")
+        ranks[field] = value
+
+    ops = None
+    if raw.get("ops") is not None:
+        ops = tuple(text("ops", op) for op in seq("ops"))
+        if not ops:
+            raise fail("ops", "must list at least one op (null when not sourced)")
+
     target = Target(
         name=name,
         format=fmt,
@@ -145,6 +174,11 @@ def _build(name: str, raw: object, label: str) -> Target:
         op_gaps=tuple(op_gaps),
         sources=tuple(sources),
         confirmed_by_test=confirmed,
+        integer_only=integer_only,
+        integer_dtypes=integer_dtypes,
+        static_shapes=static_shapes,
+        **ranks,
+        ops=ops,
     )
     facts = target.fact_keys()
     sourced = {s.fact for s in target.sources}

@@ -7,6 +7,10 @@ from dataclasses import dataclass
 
 # The version limits a target may state (which ones a format's targets have: verifiers.formats).
 LIMIT_FIELDS = ("max_opset", "max_ir_version", "max_runtime_version")
+# The rank rules a target may state for activation tensors (tflite targets: verifiers.formats).
+RANK_FIELDS = ("max_rank", "max_inner_dims")
+# The integer activation dtypes an integer_only target may list.
+INTEGER_DTYPES = ("int8", "uint8", "int16", "uint16")
 
 
 @dataclass(frozen=True)
@@ -38,11 +42,22 @@ class Target:
     op_gaps: tuple[OpGap, ...]
     sources: tuple[Source, ...]
     confirmed_by_test: tuple[str, ...]
+    # Integer devices. integer_only: runs only full-integer models, their activations of one of
+    # integer_dtypes (given exactly when integer_only is true); static_shapes: no dynamic
+    # dimension; max_rank: no activation tensor of more dimensions; max_inner_dims: only that many
+    # innermost dimensions of an activation tensor may be larger than 1; ops: the only ops it runs.
+    integer_only: bool | None = None
+    integer_dtypes: tuple[str, ...] = ()
+    static_shapes: bool | None = None
+    max_rank: int | None = None
+    max_inner_dims: int | None = None
+    ops: tuple[str, ...] | None = None
 
     def fact_keys(self) -> set[str]:
         """The facts this entry claims: each needs a source."""
         keys = {f"gelu.{flag}" for flag, value in self.gelu.items() if value is not None}
-        keys |= {limit for limit in LIMIT_FIELDS if getattr(self, limit) is not None}
+        keys |= {field for field in (*LIMIT_FIELDS, *RANK_FIELDS, "integer_only", "static_shapes", "ops")
+                 if getattr(self, field) is not None}
         if self.dtypes is not None:
             keys.add("dtypes")
         if self.op_gaps:

@@ -56,6 +56,16 @@ class Artifact:
         runtime worker: the measuring runs the artifact's subgraphs."""
         raise NotImplementedError
 
+    def precision(self) -> Any:
+        """How the artifact computes (verifiers.precision.Precision): its mode, its inputs' and
+        outputs' quantization and every op that computes on a float tensor."""
+        raise NotImplementedError
+
+    def int8_spec_violations(self) -> list:
+        """Where a quantized artifact departs from its format's int8 quantization spec (none stated
+        by default)."""
+        return []
+
     def check_target(self, target: Any) -> list:
         """Every incompatibility (verifiers.target_check.Incompatibility) with a target
         (verifiers.targets.Target) of this format."""

@@ -2,7 +2,8 @@
 
 The structure is parsed once, without the external weights; the GELU sites are measured by
 running each site's subgraph alone (verifiers.gelu); target checks read the opset, the IR version,
-the GELU spellings, com.microsoft ops, op gaps and dtypes against the matrix entry.
+the GELU spellings, com.microsoft ops, op gaps, dtypes and the integer-device facts
+(verifiers.precision) against the matrix entry.
 """
 
 from __future__ import annotations
@@ -26,6 +27,13 @@ from verifiers.onnx_model import (
     malformed_onnx_is_bad_input,
     relocate_external_data,
     Structure,
+)
+from verifiers.precision import (
+    Precision,
+    integer_device_incompatibilities,
+    onnx_dynamic_axes,
+    onnx_node_labels,
+    onnx_precision,
 )
 from verifiers.target_facts import (
     Hits,
@@ -84,6 +92,9 @@ class OnnxArtifact(Artifact):
         from verifiers.gelu.inventory import onnx_inventory
 
         return malformed_onnx_is_bad_input(self.path, onnx_inventory, self.model, runner)
+
+    def precision(self) -> Precision:
+        return malformed_onnx_is_bad_input(self.path, onnx_precision, self.model)
 
     def check_target(self, target: Target) -> list[Incompatibility]:
         return malformed_onnx_is_bad_input(self.path, _check_onnx, self.model, target)
@@ -229,6 +240,9 @@ def _check_onnx(model: onnx.ModelProto, target: Target) -> list[Incompatibility]
     if target.dtypes:
         out.extend(dtype_incompatibilities(
             {name: onnx_dtype_name(t) for name, t in types.items()}, target, "tensor"))
+    out.extend(integer_device_incompatibilities(
+        target, onnx_precision(model) if target.integer_only else None, onnx_dynamic_axes(model),
+        [(op_name(node), label) for node, label in onnx_node_labels(model)]))
     return out
 
 

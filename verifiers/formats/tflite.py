@@ -2,8 +2,8 @@
 
 The file is parsed once (verifiers.tflite_model checks every offset and index); the GELU sites
 are measured by running each site's ops alone in LiteRT (verifiers.gelu); target checks read the
-minimum runtime version, GELU builtins, SIGN, unfused tanh chains, custom and Flex ops, op gaps
-and dtypes against the matrix entry.
+minimum runtime version, GELU builtins, SIGN, unfused tanh chains, custom and Flex ops, op gaps,
+dtypes and the integer-device facts (verifiers.precision) against the matrix entry.
 """
 
 from __future__ import annotations
@@ -13,6 +13,13 @@ from typing import Any, Callable
 
 from verifiers.errors import BadInput
 from verifiers.formats import Artifact, ArtifactFormat
+from verifiers.precision import (
+    Precision,
+    integer_device_incompatibilities,
+    tflite_activation_shapes,
+    tflite_dynamic_axes,
+    tflite_precision,
+)
 from verifiers.target_facts import (
     Hits,
     Incompatibility,
@@ -26,7 +33,7 @@ from verifiers.target_facts import (
     locate,
     version_greater,
 )
-from verifiers.targets import OpGap, Target
+from verifiers.targets import RANK_FIELDS, OpGap, Target
 from verifiers.tflite_model import (
     FILE_IDENTIFIER,
     MIN_RUNTIME_VERSION_KEY,
@@ -60,6 +67,14 @@ class TfliteArtifact(Artifact):
 
         return tflite_inventory(self.model, runner)
 
+    def precision(self) -> Precision:
+        return tflite_precision(self.model, _tflite_labels(self.model)[0])
+
+    def int8_spec_violations(self) -> list:
+        from verifiers.int8_spec import int8_spec_violations
+
+        return int8_spec_violations(self.model)
+
     def check_target(self, target: Target) -> list[Incompatibility]:
         return _check_tflite(self.model, target)
 
@@ -71,6 +86,7 @@ class TfliteFormat(ArtifactFormat):
     suffixes = (".tflite",)
     artifact_class = TfliteArtifact
     target_limit = "max_runtime_version"
+    target_fields = RANK_FIELDS
     gelu_flags = ("builtin", "builtin_int8", "tanh_chain", "sign_op")
 
     def recognises(self, head: bytes) -> bool:
@@ -173,6 +189,12 @@ def _check_tflite(model: TFLiteModel, target: Target) -> list[Incompatibility]:
         tensors = {f"{t.name or f'#{i}'}" + (f" (subgraph {g})" if g else ""): t.dtype
                    for g, sg in enumerate(model.subgraphs) for i, t in enumerate(sg.tensors)}
         out.extend(dtype_incompatibilities(tensors, target, "tensor"))
+
+    builtin_ops = [(oc.name, labels[g][op.index]) for g, sg in enumerate(model.subgraphs) for op in sg.operators
+                   for oc in [model.opcode(op)] if not oc.custom]  # custom and Flex ops: flagged above
+    out.extend(integer_device_incompatibilities(
+        target, tflite_precision(model, labels) if target.integer_only else None, tflite_dynamic_axes(model),
+        builtin_ops, tflite_activation_shapes(model)))
     return out
 
 
