@@ -24,7 +24,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .int8 import Int8Grid
 
 EXACT = "exact"
 TANH = "tanh"
@@ -290,3 +293,5 @@ class SiteFlavour:
     scale: float = 1.0  # the site computes scale * flavour
     tail: str = ""  # what its tail probes got wrong (NaN, Inf, a wrong value), empty when nothing
     samples: tuple[tuple[float, float], ...] = ()  # (x, y) it computed on the core probes (artifact sites)
+    int8: Int8Grid | None = None  # the 8-bit quantization its output is rounded to (verifiers.gelu.int8)
+    table_differences: dict[str, int] = field(default_factory=dict)  # measured as an 8-bit table: entries off per flavour

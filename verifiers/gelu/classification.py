@@ -13,7 +13,7 @@ whether it is accounted for is the verdict's question.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -77,6 +77,8 @@ class Classification:
     scale: float = 1.0  # the site computes scale * flavour
     tail: str = ""  # what went wrong in the tails ("NaN at x=-20"), empty when they hold
     samples: tuple[tuple[float, float], ...] = ()  # (x, y) on the core probes, for plots
+    # 8-bit table measurements (verifiers.gelu.int8): entries of the table differing from each flavour's.
+    table_differences: dict[str, int] = field(default_factory=dict)
 
 
 def residuals(x: np.ndarray, y: np.ndarray, scale: float = 1.0) -> dict[str, float]:

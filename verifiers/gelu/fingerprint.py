@@ -23,6 +23,7 @@ from verifiers.runtimes.isolation import counted
 
 from .catalogue import UNKNOWN, Site
 from .classification import FLOAT16_TOLERANCE, FLOAT32_TOLERANCE, Classification, classify, probe_inputs
+from .int8 import Int8Grid
 from .onnx_graph import node_label
 from .onnx_sites import scalar_constants
 
@@ -41,6 +42,7 @@ class Fingerprint:
     site: Site
     dtype: str
     classification: Classification
+    int8: Int8Grid | None = None  # the 8-bit grid a QDQ pair rounds its output to (verifiers.gelu.int8)
 
     @property
     def measured(self) -> str:

@@ -9,8 +9,11 @@ delegate, recorded alongside. XNNPACK's GELU returns 0 below x = -6 and has >1e-
 error in [-5.07, -3.68]; those are absolute errors of at most ~1e-7, so absolute-error
 classification holds for both.
 
-Sites whose input is not float32 (int8/uint8/int16 quantized, float16) are not confident: the
-probes cannot separate exact from tanh there, so `measured_flavour` falls back to the structure.
+A site whose input and output are per-tensor int8 (or uint8) is run on all 256 input codes and
+its output codes compared with the table each catalogued flavour gives at its scales
+(`verifiers.gelu.int8`); what the int8 resolution can tell apart is the verdict's question. Sites
+of other types (int16 quantized, float16, mixed) are not confident: the probes cannot separate
+exact from tanh there, so `measured_flavour` falls back to the structure.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from verifiers.tflite_model import TFLiteModel, as_model, schema
 
 from .catalogue import UNKNOWN, Site
 from .classification import FLOAT32_TOLERANCE, Classification, classify, probe_inputs
+from .int8 import RANGES, Int8Grid, classify_table
 from .tflite_sites import SUBGRAPH, TFLiteGraph, read_graph
 
 FLOAT32 = 0  # TensorType
@@ -39,6 +43,7 @@ class TFLiteFingerprint:
     dtype: str
     classification: Classification
     xnnpack: Classification | None = None
+    int8: Int8Grid | None = None  # the site's 8-bit quantization, when it was measured as a table
 
     @property
     def measured(self) -> str:
@@ -77,10 +82,6 @@ def probe_model(graph: TFLiteGraph, site: Site) -> bytes:
             buf.data = np.frombuffer(model.buffer_bytes(src.buffer), np.uint8)
             buffers.append(buf)
             new.buffer = len(buffers) - 1
-            if src.quantized:
-                q = s.QuantizationParametersT()
-                q.scale, q.zeroPoint = [src.scale], [src.zero_point]
-                new.quantization = q
         elif t == source_input or t in produced:
             new.shape, new.shapeSignature = [len(probe_inputs())], [-1]
         else:  # a side input that is not a constant: zeros, so the probe measures the activation
@@ -89,6 +90,10 @@ def probe_model(graph: TFLiteGraph, site: Site) -> bytes:
             buf.data = np.zeros(np.dtype(np.float32).itemsize, np.uint8)
             buffers.append(buf)
             new.buffer = len(buffers) - 1
+        if src.quantized:
+            q = s.QuantizationParametersT()
+            q.scale, q.zeroPoint = [src.scale], [src.zero_point]
+            new.quantization = q
         tensors.append(new)
         index[t] = len(tensors) - 1
         return index[t]
@@ -146,8 +151,32 @@ def run_probe(content: bytes, x: np.ndarray, xnnpack: bool = False, runner: type
     return np.array((runner or runtime_for("tflite")).run_probe(content, x, "xnnpack" if xnnpack else "builtin"))
 
 
+def int8_grid(graph: TFLiteGraph, site: Site) -> Int8Grid | None:
+    """The site's 8-bit quantization when its input and output are both per-tensor int8 (or both uint8)."""
+    tensor, out = (graph.subgraph.tensors[graph.tensor_index(name)] for name in (site.input, site.output))
+    if tensor.dtype != out.dtype or tensor.dtype not in RANGES or not (tensor.quantized and out.quantized):
+        return None
+    return Int8Grid(out.dtype, out.scale, out.zero_point, tensor.scale, tensor.zero_point)
+
+
+def fingerprint_table(graph: TFLiteGraph, site: Site, grid: Int8Grid,
+                      runner: type[Runner] | None = None) -> TFLiteFingerprint:
+    """Run an 8-bit site on every input code (the plain builtin kernels) and name the flavour whose table it holds."""
+    try:
+        codes = run_probe(probe_model(graph, site), grid.codes(), runner=runner).reshape(-1)
+        result = classify_table(grid, codes)
+    except Exception as exc:  # noqa: BLE001 - the interpreter raises RuntimeError/ValueError
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        result = Classification(UNKNOWN, {}, False, f"{grid.dtype} probe did not run: {first}")
+    return TFLiteFingerprint(site, grid.dtype, result, int8=grid)
+
+
 def fingerprint_site(graph: TFLiteGraph, site: Site, runner: type[Runner] | None = None) -> TFLiteFingerprint:
-    """Probe one site (float32 only; other input types come back not confident)."""
+    """Probe one site: float32 on the catalogue's probes, int8/uint8 on every input code (`fingerprint_table`);
+    other input types come back not confident."""
+    grid = int8_grid(graph, site)
+    if grid is not None:
+        return fingerprint_table(graph, site, grid, runner)
     tensor = graph.subgraph.tensors[graph.tensor_index(site.input)]
     if tensor.type != FLOAT32 or tensor.quantized:
         what = f"{tensor.dtype}{' quantized' if tensor.quantized else ''}"

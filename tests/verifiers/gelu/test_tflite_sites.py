@@ -224,27 +224,20 @@ def test_float16_weights_keep_the_gelu_flag(tmp_path):
     assert [(e.site.op, e.flavour, e.confident) for e in tflite_inventory(path)] == [("GELU", TANH, True)]
 
 
-def test_int8_site_is_judged_by_structure(tmp_path):
-    """Full int8: GELU op version 2 on int8 tensors; probes are inconclusive, the flag decides."""
-    import tensorflow as tf
+def test_int8_site_is_measured_as_a_table(tmp_path):
+    """Full int8: GELU op version 2 on int8 tensors, run on every input code; its table is the
+    exact flavour's (what int8 can tell apart is the verdict's question: test_int8_gelu.py)."""
+    from fixtures.make_broken_int8 import full_integer_tflite
 
     model = mbt._builder("functional_activation")()
     rng = np.random.default_rng(0)
-
-    def dataset():
-        for _ in range(8):
-            yield [rng.standard_normal((1, 16)).astype(np.float32)]
-
-    converter = tf.lite.TFLiteConverter.from_keras_model(model)
-    converter.optimizations = [tf.lite.Optimize.DEFAULT]
-    converter.representative_dataset = dataset
-    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
     path = tmp_path / "int8.tflite"
-    path.write_bytes(converter.convert())
+    path.write_bytes(full_integer_tflite(model, [rng.standard_normal((1, 16)).astype(np.float32) for _ in range(8)]))
     assert ("GELU", 2) in {(oc.name, oc.version) for oc in load_tflite(path).opcodes}
     (entry,) = tflite_inventory(path)
-    assert entry.site.op == "GELU" and entry.flavour == EXACT and not entry.confident
-    assert "int8" in entry.note
+    assert (entry.site.op, entry.flavour, entry.measured, entry.confident) == ("GELU", EXACT, EXACT, True)
+    assert entry.int8.dtype == "int8" and entry.table_differences[EXACT] == 0
+    assert entry.note.startswith("int8 table of exact")
 
 
 def test_f_gelu_default_is_exact(litert_torch_file, tmp_path):
