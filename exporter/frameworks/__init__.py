@@ -135,11 +135,14 @@ def _module_name(path: Path) -> str:
     return f"_exportgate_user_{abs(hash(resolved))}"
 
 
-def _call_builder(path: Path, attr: str) -> tuple[Any, Any]:
+def user_callable(path: Path, attr: str, label: str = "") -> Any:
+    """The callable `attr` of the user's file at `path`, imported as a module of its own (a
+    missing framework named as such); `label` starts every error (default: the path)."""
+    label = label or str(path)
     if not path.is_file():
-        raise BadInput(f"{path}: no such file")
+        raise BadInput(f"{label}: no such file")
     if not attr.isidentifier():
-        raise BadInput(f"{path}:{attr}: {attr!r} is not a callable name")
+        raise BadInput(f"{label}:{attr}: {attr!r} is not a callable name")
     module_name = _module_name(path)
     module_spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(module_spec)
@@ -148,14 +151,19 @@ def _call_builder(path: Path, attr: str) -> tuple[Any, Any]:
         module_spec.loader.exec_module(module)
     except ImportError as exc:
         _raise_missing_framework(exc)
-        raise BadInput(f"{path}: import failed: {one_line(exc)}") from exc
+        raise BadInput(f"{label}: import failed: {one_line(exc)}") from exc
     except Exception as exc:
-        raise BadInput(f"{path}: failed to load: {one_line(exc)}") from exc
-    builder = getattr(module, attr, None)
-    if builder is None:
-        raise BadInput(f"{path}: no callable named {attr!r}")
-    if not callable(builder):
-        raise BadInput(f"{path}:{attr} is not callable")
+        raise BadInput(f"{label}: failed to load: {one_line(exc)}") from exc
+    function = getattr(module, attr, None)
+    if function is None:
+        raise BadInput(f"{label}: no callable named {attr!r}")
+    if not callable(function):
+        raise BadInput(f"{label}:{attr} is not callable")
+    return function
+
+
+def _call_builder(path: Path, attr: str) -> tuple[Any, Any]:
+    builder = user_callable(path, attr)
     try:
         built = builder()
     except Exception as exc:

@@ -11,12 +11,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from verifiers.errors import BadInput
+import numpy as np
+
+from verifiers.errors import BadInput, Incompatible
 from verifiers.registry import LazyRegistry
 from exporter.sources import Source
 from verifiers.sizes import DynamicAxis
 
 Progress = Callable[[str], None]
+IO_TYPES = ("float", "int8", "uint8")
+# Ops that only convert between float and int8 around an op left float.
+CONVERSION_OPS = frozenset({"QUANTIZE", "DEQUANTIZE", "QuantizeLinear", "DequantizeLinear"})
 
 
 @dataclass
@@ -27,7 +32,14 @@ class ExportRequest:
     dynamic: list[DynamicAxis] = field(default_factory=list)
     output_names: list[str] = field(default_factory=list)  # the source's, given to the artifact
     sample_inputs: dict = field(default_factory=dict)  # one input batch, for tracing
-    quantize: str | None = None  # TFLite only: None, "fp16" (float16 weights) or "dynamic-int8" (dynamic range)
+    # None; "int8" (full-integer, calibrated: every route); TFLite only: "fp16" (float16 weights),
+    # "dynamic-int8" (dynamic range)
+    quantize: str | None = None
+    io: str = "float"  # --quantize int8: the artifact's input/output types where the route allows (IO_TYPES)
+    # --quantize int8: the feeds to calibrate on, keyed by the source's input names, already checked
+    # (exporter.calibration.load_calibration, or seeded random batches)
+    calibration: list[dict[str, np.ndarray]] = field(default_factory=list)
+    allow_float: bool = False  # --quantize int8: ops that cannot be quantized may stay float
 
 
 @dataclass
@@ -36,6 +48,49 @@ class ExportResult:
     notes: list[str] = field(default_factory=list)
     # Why a dynamic axis may not hold at other sizes, seen while exporting (report.dynamic_hints).
     hints: list[dict] = field(default_factory=list)
+    # --quantize int8: {"mode": "int8", "io": ..., "method": what quantized, with versions,
+    # "float_fallback": whether ops were left float (--allow-float-ops)}
+    quantization: dict | None = None
+
+
+def check_io(io: str, quantize: str | None) -> None:
+    """--io is one of IO_TYPES, and other than float only with --quantize int8."""
+    if io not in IO_TYPES:
+        raise BadInput(f"--io {io!r}: choose one of {', '.join(IO_TYPES)}")
+    if io != "float" and quantize != "int8":
+        raise BadInput(f"--io {io} sets the input/output types of full-integer exports only: add --quantize int8")
+
+
+def check_int8_request(request: ExportRequest) -> None:
+    """The full-integer options a route reads: --io only with --quantize int8, calibration data for it."""
+    check_io(request.io, request.quantize)
+    if request.quantize == "int8" and not request.calibration:
+        raise BadInput("--quantize int8 needs calibration data, and the calibration set is empty")
+
+
+def float_compute_ops(artifact: Path, fmt: str) -> list:
+    """The ops of a quantized artifact that compute in float (verifiers.precision), without those
+    that only convert around them; all float ops when they only convert."""
+    from verifiers.formats import FORMATS
+
+    float_ops = list(FORMATS[fmt].open(Path(artifact)).precision().float_ops)
+    return [op for op in float_ops if op.op_type not in CONVERSION_OPS] or float_ops
+
+
+def int8_result(request: ExportRequest, method: str, artifact: Path, fmt: str) -> dict:
+    """ExportResult.quantization of the full-integer export written at `artifact`. Ops it left
+    float (verifiers.precision) fail the export, the artifact removed, unless the request allows
+    them (float_fallback)."""
+    from exporter.staging import remove_artifact
+
+    compute = float_compute_ops(artifact, fmt)
+    if compute and not request.allow_float:
+        remove_artifact(Path(artifact), fmt)
+        first = compute[0]
+        raise Incompatible(f"--quantize int8: no int8 form for {', '.join(sorted({op.op_type for op in compute}))} "
+                           f"(first: {first.node} on {first.dtype} tensor {first.tensor}); --allow-float-ops keeps "
+                           "such ops float")
+    return {"mode": "int8", "io": request.io, "method": method, "float_fallback": bool(compute)}
 
 
 class Route:

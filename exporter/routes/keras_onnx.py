@@ -21,6 +21,8 @@ tf2onnx 1.17 quirks handled here:
   LayerNorm: a wrong artifact, which onnx.checker catches only when tf2onnx declared the output
   shape). Every conversion runs at 17 at most; 18 and above are raised with
   onnx.version_converter, and the note says so.
+
+--quantize int8 exports float as above, then quantizes with onnxruntime (exporter.routes.onnx_quantize).
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ import numpy as np
 from verifiers.errors import Incompatible, one_line
 from exporter.frameworks import FRAMEWORKS
 from exporter.frameworks.keras_framework import prepare_keras_environment
-from exporter.routes import ExportRequest, ExportResult, Route
+from exporter.routes import ExportRequest, ExportResult, Route, check_int8_request
+from exporter.routes.onnx_quantize import export_int8
 from verifiers.quiet import quiet_exporter
 from exporter.sources import Source
 
@@ -184,7 +187,15 @@ class KerasToOnnx(Route):
     format = "onnx"
     exporters = ("tf2onnx",)
 
+    quantize_modes = ("int8",)
+
     def export(self, source: Source, request: ExportRequest, dest: Path, progress) -> ExportResult:
+        check_int8_request(request)
+        if request.quantize == "int8":
+            return export_int8(lambda path: self._export_float(source, request, path, progress), request, dest, progress)
+        return self._export_float(source, request, dest, progress)
+
+    def _export_float(self, source: Source, request: ExportRequest, dest: Path, progress) -> ExportResult:
         prepare_keras_environment()
         keras_fw = FRAMEWORKS["keras"]
         tf = keras_fw.require("tensorflow")

@@ -23,12 +23,13 @@ from pathlib import Path
 from verifiers.errors import BadInput, Incompatible, one_line
 from exporter.frameworks import FRAMEWORKS
 from exporter.frameworks.keras_framework import prepare_keras_environment
-from exporter.routes import ExportRequest, ExportResult, Route
+from exporter.routes import ExportRequest, ExportResult, Route, check_int8_request, int8_result
 from verifiers.quiet import quiet_exporter
 from exporter.sources import Source
 
-QUANTIZE_MODES = ("fp16", "dynamic-int8")
+QUANTIZE_MODES = ("int8", "fp16", "dynamic-int8")
 QUANTIZE_NOTES = {
+    "int8": "--quantize int8: full-integer: int8 weights and activations, ranges calibrated on the calibration feeds",
     "fp16": "--quantize fp16: float16 weights, dequantised to float32 at load; compute stays float32",
     "dynamic-int8": "--quantize dynamic-int8: int8 weights, activations quantised on the fly (dynamic range)",
 }
@@ -40,6 +41,12 @@ def check_tflite_request(request: ExportRequest) -> None:
         raise BadInput(f"--quantize {request.quantize!r}: choose one of {', '.join(QUANTIZE_MODES)}")
     if request.opset is not None:
         raise BadInput(f"--opset {request.opset}: opsets are ONNX's; TFLite has none (leave --opset out)")
+    check_int8_request(request)
+
+
+def calibrating(request: ExportRequest) -> str:
+    """What a progress line adds for --quantize int8, whose conversion calibrates."""
+    return f" (calibrating on {len(request.calibration)} batch(es))" if request.quantize == "int8" else ""
 
 
 def _flex_ops(message: str) -> list[str]:
@@ -118,7 +125,7 @@ class KerasToTflite(Route):
         model = source.model
 
         progress(f"converting with tf.lite.TFLiteConverter (TensorFlow {tf.__version__})"
-                 + (f", --quantize {request.quantize}" if request.quantize else ""))
+                 + (f", --quantize {request.quantize}" if request.quantize else "") + calibrating(request))
         try:
             with quiet_exporter():
                 function = tf.function(serve, input_signature=signature)
@@ -133,14 +140,38 @@ class KerasToTflite(Route):
                     converter.optimizations = [tf.lite.Optimize.DEFAULT]
                 if request.quantize == "fp16":
                     converter.target_spec.supported_types = [tf.float16]
+                if request.quantize == "int8":
+                    _full_integer(tf, converter, request, [spec.name for spec in signature])
                 content = converter.convert()
         except Exception as exc:
             raise Incompatible(_conversion_failure(exc) + _with_dynamic(request)) from exc
         check_converted(content, "the TFLite converter")
         Path(dest).write_bytes(content)
         label = f"tf.lite.TFLiteConverter (TensorFlow {tf.__version__})"
-        return ExportResult(exporter=label, notes=quantize_notes(
+        result = ExportResult(exporter=label, notes=quantize_notes(
             request.quantize, content, "the TFLite converter", " (it skips weight tensors under 1024 elements)"))
+        if request.quantize == "int8":
+            result.quantization = int8_result(request, f"{label} full-integer post-training quantization "
+                                              "(representative dataset)", dest, "tflite")
+        return result
+
+
+def _full_integer(tf, converter, request: ExportRequest, argument_names: list[str]) -> None:
+    """Full-integer post-training quantization: int8 kernels only (builtin float kernels too with
+    allow_float), calibrated on the feeds in the function's argument order, float inputs and
+    outputs as --io says (integer inputs such as token ids keep their types)."""
+    io_type = {"float": tf.float32, "int8": tf.int8, "uint8": tf.uint8}[request.io]
+    feeds = request.calibration
+
+    def representative_dataset():
+        for feed in feeds:
+            yield [feed[name] for name in argument_names]
+
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.representative_dataset = representative_dataset
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8] + (
+        [tf.lite.OpsSet.TFLITE_BUILTINS] if request.allow_float else [])
+    converter.inference_input_type = converter.inference_output_type = io_type
 
 
 def _conversion_failure(exc: Exception) -> str:
@@ -151,6 +182,10 @@ def _conversion_failure(exc: Exception) -> str:
         listed = ", ".join(f"{op} (Flex{op})" for op in flex) or "some ops"
         return (f"the TFLite converter has no builtin for {listed}: it would need SELECT_TF_OPS (Flex), which "
                 "exportgate does not use and ai-edge-litert's builtin resolvers do not run")
+    unquantizable = sorted(set(re.findall(r"Quantization not yet supported for op: '?([\w.]+)", message)))
+    if unquantizable:
+        return (f"the TFLite converter has no int8 kernel for {', '.join(unquantizable)}: --quantize int8 "
+                "cannot quantize it (--allow-float-ops keeps such ops float)")
     custom = _custom_ops(message)
     if custom or "ERROR_NEEDS_CUSTOM_OPS" in message:
         return f"the TFLite converter needs custom ops {', '.join(custom) or '(unnamed)'}, which ai-edge-litert does not run"

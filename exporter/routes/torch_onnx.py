@@ -16,6 +16,8 @@ model's code fixes (and one exported at size 1), which verification then finds s
 TorchScript exporter gets the symbols as dynamic_axes names and no ranges; it bakes every size
 model code reads with int(), and its tracer's warnings about it become hints with the model's
 file:line.
+
+--quantize int8 exports float as above, then quantizes with onnxruntime (exporter.routes.onnx_quantize).
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ from pathlib import Path
 
 from verifiers.errors import ExportgateError, Incompatible, one_line
 from exporter.frameworks import FRAMEWORKS
-from exporter.routes import ExportRequest, ExportResult, Route
+from exporter.routes import ExportRequest, ExportResult, Route, check_int8_request
+from exporter.routes.onnx_quantize import export_int8
 from exporter.routes import torchscript_symbolics
 from verifiers.quiet import quiet_exporter
 from exporter.sources import Source
@@ -214,7 +217,15 @@ class TorchToOnnx(Route):
     format = "onnx"
     exporters = tuple(EXPORTERS)
 
+    quantize_modes = ("int8",)
+
     def export(self, source: Source, request: ExportRequest, dest: Path, progress) -> ExportResult:
+        check_int8_request(request)
+        if request.quantize == "int8":
+            return export_int8(lambda path: self._export_float(source, request, path, progress), request, dest, progress)
+        return self._export_float(source, request, dest, progress)
+
+    def _export_float(self, source: Source, request: ExportRequest, dest: Path, progress) -> ExportResult:
         torch = FRAMEWORKS["torch"].require("torch")
         args, kwargs = FRAMEWORKS["torch"].example_tensors(source, request.sample_inputs)
         attempts: list[str] = []

@@ -1,0 +1,106 @@
+"""--quantize int8 for both ONNX routes: the float export, then onnxruntime's static quantization.
+
+The route exports float into a temporary folder beside the destination (removed afterwards, also
+on failure); quant_pre_process (shape inference, ORT's graph optimisations) prepares it and
+quantize_static writes the QDQ artifact at the destination: per-channel int8 weights, int8
+activations (symmetric-range int8 as the TFLite routes and TensorRT/ARM kernels take them; ORT
+runs S8S8 QDQ on every CPU), MinMax ranges over the calibration feeds. op_types_to_quantize
+lists every op type of the graph but the shape-only ones: ORT quantizes a type outside its QDQ
+registry with its default handler (QDQOperatorBase: a Q/DQ pair on each float input and output),
+so no op is left float because ORT's list skips it. ForceQuantizeNoInputCheck makes the handlers
+that quantize an op only after its inputs (Where, pools, Resize) quantize it anyway: a Where
+choosing between two constants (transformers' attention mask) would stay float otherwise.
+
+A float model with external data (past protobuf's 2 GiB) is read with it and the artifact is
+written with its own external data file beside it. QDQ artifacts take and give float: --io int8
+and uint8 are refused.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+from exporter.routes import ExportRequest, ExportResult, int8_result
+from exporter.staging import companion_files, remove_artifact
+from verifiers.errors import BadInput, Incompatible, one_line
+from verifiers.onnx_model import iter_nodes
+from verifiers.quiet import quiet_exporter
+
+# Ops that compute no float value from their float inputs (they read a shape or hold a constant).
+SHAPE_ONLY_OPS = frozenset({"Shape", "Size", "Constant"})
+
+
+def check_onnx_int8(request: ExportRequest) -> None:
+    if request.quantize == "int8" and request.io != "float":
+        raise BadInput(f"--io {request.io}: ONNX int8 exports are QDQ graphs, which take and give float "
+                       "(QuantizeLinear/DequantizeLinear at the edges); use --io float")
+
+
+def export_int8(export_float: Callable[[Path], ExportResult], request: ExportRequest, dest: Path,
+                progress) -> ExportResult:
+    """`export_float(path)` writes the float model at `path`; its QDQ int8 quantization is written
+    at `dest`, and the float model removed."""
+    check_onnx_int8(request)
+    dest = Path(dest)
+    with tempfile.TemporaryDirectory(prefix=f".{dest.name}.float-", dir=dest.parent) as folder:
+        float_path = Path(folder) / dest.name
+        result = export_float(float_path)
+        try:
+            method = quantize_onnx(float_path, dest, request.calibration, progress)
+        except BaseException:
+            remove_artifact(dest, "onnx")
+            raise
+    result.quantization = int8_result(request, method, dest, "onnx")
+    return result
+
+
+def quantize_onnx(float_path: Path, dest: Path, feeds: list[dict], progress) -> str:
+    """Quantize the float model at `float_path` into `dest` (QDQ, int8); returns what quantized."""
+    import onnx
+    import onnxruntime
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    large = bool(companion_files(float_path, "onnx"))
+    prepared = float_path.with_name(f"prepared-{float_path.name}")
+    label = f"onnxruntime.quantization {onnxruntime.__version__}"
+    progress(f"preparing the float model for quantization ({label} quant_pre_process)")
+    try:
+        with quiet_exporter():
+            quant_pre_process(str(float_path), str(prepared), save_as_external_data=large,
+                              all_tensors_to_one_file=True, external_data_location=f"{prepared.name}.data")
+    except Exception as exc:
+        raise Incompatible(f"{label} quant_pre_process failed: {one_line(exc)}") from exc
+    model = onnx.load(str(prepared), load_external_data=False)
+    inputs = [v.name for v in model.graph.input if v.name not in {t.name for t in model.graph.initializer}]
+    op_types = sorted({node.op_type for node in iter_nodes(model.graph)} - SHAPE_ONLY_OPS)
+    progress(f"calibrating on {len(feeds)} batch(es) and quantizing to int8 ({label} quantize_static, QDQ)")
+    try:
+        with quiet_exporter():
+            quantize_static(
+                str(prepared), str(dest), _Reader(feeds, inputs), quant_format=QuantFormat.QDQ,
+                op_types_to_quantize=op_types, per_channel=True, weight_type=QuantType.QInt8,
+                activation_type=QuantType.QInt8, calibrate_method=CalibrationMethod.MinMax,
+                use_external_data_format=large, extra_options={"ForceQuantizeNoInputCheck": True},
+            )
+    except Exception as exc:
+        raise Incompatible(f"{label} quantize_static failed: {one_line(exc)}") from exc
+    return (f"{label} quantize_static (QDQ, per-channel int8 weights, int8 activations, MinMax calibration "
+            f"on {len(feeds)} batch(es))")
+
+
+class _Reader:
+    """An onnxruntime CalibrationDataReader (which checks for get_next only) over the feeds, keyed
+    by the model's input names."""
+
+    def __init__(self, feeds: list[dict], inputs: list[str]):
+        missing = sorted(set(inputs) - set(feeds[0]))
+        if missing:
+            raise Incompatible(f"the float ONNX model takes {', '.join(missing)}, which the calibration feeds "
+                               f"do not hold (they hold {', '.join(feeds[0])})")
+        self._feeds = iter([{name: feed[name] for name in inputs} for feed in feeds])
+
+    def get_next(self):
+        return next(self._feeds, None)
