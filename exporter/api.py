@@ -16,6 +16,7 @@ from typing import Any
 from exporter.digests import Digests, sha256
 from exporter.frameworks import load_source
 from exporter.gelu_policy import PolicyOutcome, apply_gelu_policy, check_gelu_policy
+from exporter import integer
 from exporter.routes import ExportRequest, Route, check_request, route_for
 from exporter.sources import InputSpec, Source, make_batches, name_symbols, parse_dynamic_axis, parse_input_spec
 from exporter.sources import specs_of_tensors, stated_length_limit
@@ -35,6 +36,7 @@ from verifiers.pipeline import (
     gelu_sensitivity,
     judge_gelu,
     load_runner,
+    named_feed,
 )
 from verifiers.report import ArtifactInfo, Report
 from verifiers.runtimes import InvalidArtifact, Runner, runtime_for
@@ -71,6 +73,8 @@ class Checked:
     axes: list[DynamicAxis] = field(default_factory=list)  # the dynamic axes verified at several sizes
     plans: list[SymbolSizes] = field(default_factory=list)  # the sizes each symbol of `axes` is tried at
     sized: dict = field(default_factory=dict)  # (symbol, size) -> (feed, the source's outputs there)
+    min_sqnr: float | None = None
+    min_top1: float | None = None
 
 
 # ---- steps shared by export and verify ------------------------------------------------------------
@@ -146,6 +150,19 @@ def _check_target(run, target: Target) -> None:
     run.report.failures.extend(to_findings(found))
 
 
+def _record_precision(run: Checked) -> None:
+    integer.record_precision(run.report, run.artifact, integer.thresholds(run.min_sqnr, run.min_top1), run.tolerances)
+
+
+def _integer_artifact(run: Checked) -> bool:
+    return run.report.quantization.get("mode") in integer.INTEGER_MODES
+
+
+def _diagnose_layers(run: Checked, float_model: Path) -> None:
+    feeds = [named_feed(run.runner, feed) for feed in run.feeds]
+    integer.diagnose_layers(run.report, run.artifact.path, float_model, feeds, run.tolerances.integer, run.progress)
+
+
 def _sensitivity_applies(run: Checked) -> bool:
     return run.artifact_sites is not None and run.artifact.gelu_rewritable
 
@@ -165,6 +182,9 @@ class Exported(Checked):
     opset: int | None = None
     exporter: str = "auto"
     quantize: str | None = None
+    io: str = "float"
+    calibration: str | None = None
+    allow_float_ops: bool = False
     target_name: str | None = None
     gelu: str = "preserve"
     matrix: str | Path | None = None
@@ -181,6 +201,8 @@ class Exported(Checked):
     target: Target | None = None
     input_specs: list[InputSpec] = field(default_factory=list)
     route: Route | None = None
+    request: ExportRequest | None = None
+    calibration_feeds: list[dict] = field(default_factory=list)  # --quantize int8
     staging: Staging | None = None
     before_rewrite: Path | None = None
     outcome: PolicyOutcome | None = None
@@ -198,12 +220,13 @@ def _export_options(run: Exported) -> None:
     run.tolerances.allow_nonfinite = run.allow_nonfinite
     _check_opset(run.opset)
     check_request(run.to, run.exporter, run.quantize)
+    integer.check_integer_options(run.quantize, run.io, run.calibration, run.allow_float_ops)
     check_gelu_policy(run.gelu)
     run.input_specs = [parse_input_spec(s) for s in run.inputs]
     run.axes = [parse_dynamic_axis(d) for d in run.dynamic]
     check_writable(run.out, "--out")
     check_reports(run.reports)
-    if run.quantize is not None:
+    if run.quantize not in (None, "int8"):  # int8 is judged by SQNR and top-1 (integer.record_precision)
         run.report.notes.append(run.tolerances.scale_for(run.quantize))
     if run.target_name:
         run.target = _target(run.target_name, run.matrix, run.to)
@@ -226,7 +249,24 @@ def _load_source(run: Exported) -> None:
                            f"(0 to {ranks[axis.input] - 1})")
     run.feeds = make_batches(run.source, run.seed, run.batches)
     run.report.example_batch = run.source.example is not None
-    run.axes = name_symbols([*run.source.dynamic, *run.axes], run.feeds[0])
+    run.axes = name_symbols([*_declared_dynamic(run), *run.axes], run.feeds[0])
+    if run.quantize == "int8":
+        run.calibration_feeds, calibration = integer.calibration_feeds(run.source, run.calibration, run.seed,
+                                                                        run.axes)
+        run.report.quantization["calibration"] = calibration
+        if calibration["random"]:
+            run.report.notes.append(integer.random_calibration_note(calibration))
+
+
+def _declared_dynamic(run: Exported) -> list[DynamicAxis]:
+    """The axes the model declares dynamic, unless the target takes static shapes only: then they
+    are exported at their example sizes (an axis asked for with --dynamic is checked, and refused)."""
+    if run.target is None or not run.target.static_shapes or not run.source.dynamic:
+        return run.source.dynamic
+    axes = ", ".join(f"{a.input} axis {a.axis}" for a in run.source.dynamic)
+    run.report.notes.append(f"{run.target.name} takes static shapes only: {axes}, dynamic in the model, "
+                            "exported at the example size")
+    return []
 
 
 def _hash_source_files(run: Checked) -> None:
@@ -257,9 +297,12 @@ def _stage(run: Exported) -> None:
 
 
 def _export(run: Exported) -> None:
-    request = ExportRequest(run.to, run.opset, run.exporter, run.axes, output_names=run.reference[0][0],
-                            sample_inputs=run.feeds[0], quantize=run.quantize)
-    result = run.route.export(run.source, request, run.staging.path, run.progress)
+    run.request = ExportRequest(run.to, run.opset, run.exporter, run.axes, output_names=run.reference[0][0],
+                                sample_inputs=run.feeds[0], quantize=run.quantize, io=run.io,
+                                calibration=run.calibration_feeds, allow_float=run.allow_float_ops)
+    result = run.route.export(run.source, run.request, run.staging.path, run.progress)
+    if result.quantization:
+        run.report.quantization.update(result.quantization)
     # Only a run that really exported and then failed removes the release at --out.
     run.cleanups.callback(_remove_stale_release, run.report, run.out, run.to)
     run.report.exporter = result.exporter
@@ -294,6 +337,11 @@ def _compare_before_rewrite(run: Exported) -> None:
         finding.message = f"before the --gelu rewrite: {finding.message}"
         finding.data["compared"] = BEFORE_REWRITE
         run.report.failures.append(finding)
+
+
+def _exported_float_twin(run: Exported) -> Path:
+    return integer.float_twin(run.route, run.source, run.request, run.staging.folder / "float-twin",
+                              run.staging.path.name, run.progress)
 
 
 def _exported_artifact_loads(step):
@@ -340,9 +388,11 @@ EXPORT_STEPS = (
          when=lambda run: run.verify and run.gelu_guard),
     Step("stage", _stage),
     Step("export", _export),
-    Step("release_source", lambda run: run.source.release()),  # only the artifact runs from here on
+    # Only the artifact runs from here on; an int8 export keeps the source for its float twin.
+    Step("release_source", lambda run: run.source.release(), when=lambda run: run.quantize != "int8"),
     Step("gelu_form", _gelu_form),
     Step("artifact_facts", _exported_artifact),
+    Step("precision", _record_precision),
     Step("target_check", lambda run: _check_target(run, run.target), when=lambda run: run.target is not None),
     Step("compare_before_rewrite", _exported_artifact_loads(_compare_before_rewrite),
          message=lambda run: "comparing the export as it was before the --gelu rewrite",
@@ -351,6 +401,8 @@ EXPORT_STEPS = (
          message=lambda run: f"loading the artifact in {runtime_for(run.to).runtime}", when=lambda run: run.verifying),
     Step("compare", _exported_artifact_loads(_compare), when=lambda run: run.verifying, timed=False),
     Step("sizes", _exported_artifact_loads(_exported_at_sizes), when=lambda run: run.verifying, timed=False),
+    Step("layers", lambda run: _diagnose_layers(run, _exported_float_twin(run)),
+         when=lambda run: run.verifying and run.quantize == "int8" and bool(integer.weak_outputs(run.report))),
     Step("gelu", _exported_artifact_loads(_judge_gelu),
          message=lambda run: run.gelu_guard and "finding the GELU sites of the source and measuring the artifact's",
          when=lambda run: run.verifying),
@@ -368,6 +420,9 @@ def export(
     opset: int | None = None,
     exporter: str = "auto",
     quantize: str | None = None,
+    io: str = "float",
+    calibration: str | None = None,
+    allow_float_ops: bool = False,
     target: str | None = None,
     gelu: str = "preserve",
     matrix: str | Path | None = None,
@@ -375,6 +430,8 @@ def export(
     dynamic: Sequence[str] = (),
     atol: Sequence[str] = (),
     rtol: Sequence[str] = (),
+    min_sqnr: float | None = None,
+    min_top1: float | None = None,
     seed: int = 0,
     batches: int = DEFAULT_BATCHES,
     verify: bool = True,
@@ -390,9 +447,10 @@ def export(
     report = Report(command="export", model=model, format=to, requested_opset=opset, seed=seed,
                     batches=batches, verified=verify, quantize=quantize)
     run = Exported(report, progress, model=model, to=to, out=Path(out), opset=opset, exporter=exporter,
-                   quantize=quantize, target_name=target, gelu=gelu, matrix=matrix, inputs=inputs, dynamic=dynamic,
-                   atol=atol, rtol=rtol, seed=seed, batches=batches, verify=verify, gelu_guard=gelu_guard,
-                   allow_nonfinite=allow_nonfinite, trust_source=trust_source,
+                   quantize=quantize, io=io, calibration=calibration, allow_float_ops=allow_float_ops,
+                   target_name=target, gelu=gelu, matrix=matrix, inputs=inputs, dynamic=dynamic,
+                   atol=atol, rtol=rtol, min_sqnr=min_sqnr, min_top1=min_top1, seed=seed, batches=batches,
+                   verify=verify, gelu_guard=gelu_guard, allow_nonfinite=allow_nonfinite, trust_source=trust_source,
                    reports=_reports(report_path, reports))
     return run_steps(report, EXPORT_STEPS, run, progress, run.reports)
 
@@ -461,6 +519,18 @@ def _verified_source(run: Verified) -> None:
     run.axes = artifact_axes(run.runner.inputs)
 
 
+def _verified_float_twin(run: Verified) -> Path:
+    """The source exported unquantized to the artifact's format, in a folder removed at the end."""
+    import tempfile
+
+    folder = Path(run.cleanups.enter_context(tempfile.TemporaryDirectory(prefix="exportgate-float-twin-")))
+    fmt = run.artifact.format.name
+    request = ExportRequest(fmt, run.report.actual_opset, output_names=run.reference[0][0],
+                            sample_inputs=run.feeds[0])
+    return integer.float_twin(route_for(run.source.framework.name, fmt), run.source, request, folder,
+                              run.path.name, run.progress)
+
+
 def _open_artifact(run: Verified) -> None:
     """Start loading the artifact in its runtime's worker: it loads while the source loads and runs."""
     run.runner = load_runner(run.artifact, run.runtime, wait=False)
@@ -475,10 +545,14 @@ VERIFY_STEPS = (
     Step("load_source", _verified_source, message=lambda run: f"loading {run.model}"),
     Step("reference", _reference, message=_reading_sources),
     Step("gelu_source", _capture_gelu, when=lambda run: run.gelu_guard),
-    Step("release_source", lambda run: run.source.release()),  # only the artifact runs from here on
+    Step("precision", _record_precision),
+    # Only the artifact runs from here on; an int8 artifact's source stays for its float twin.
+    Step("release_source", lambda run: run.source.release(), when=lambda run: not _integer_artifact(run)),
     Step("load_artifact", lambda run: run.runner.wait_loaded()),  # what is left of the load
     Step("compare", _compare, timed=False),
     Step("sizes", _compare_at_sizes, timed=False),
+    Step("layers", lambda run: _diagnose_layers(run, _verified_float_twin(run)),
+         when=lambda run: _integer_artifact(run) and bool(integer.weak_outputs(run.report))),
     Step("gelu", _judge_gelu,
          message=lambda run: run.gelu_guard and "finding the GELU sites of the source and measuring the artifact's"),
     Step("gelu_sensitivity", _gelu_sensitivity, when=_sensitivity_applies),
@@ -497,6 +571,8 @@ def verify(
     batches: int = DEFAULT_BATCHES,
     gelu_guard: bool = True,
     allow_nonfinite: bool = False,
+    min_sqnr: float | None = None,
+    min_top1: float | None = None,
     trust_source: bool = False,
     report_path: str | Path | None = None,
     reports: Mapping[str, str | Path] | None = None,
@@ -507,7 +583,8 @@ def verify(
     report = Report(command="verify", model=source, seed=seed, batches=batches)
     run = Verified(report, progress, path=Path(artifact), model=source, runtime=runtime, inputs=inputs, atol=atol,
                    rtol=rtol, seed=seed, batches=batches, gelu_guard=gelu_guard, allow_nonfinite=allow_nonfinite,
-                   trust_source=trust_source, reports=_reports(report_path, reports))
+                   min_sqnr=min_sqnr, min_top1=min_top1, trust_source=trust_source,
+                   reports=_reports(report_path, reports))
     return run_steps(report, VERIFY_STEPS, run, progress, run.reports)
 
 

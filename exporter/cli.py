@@ -69,6 +69,11 @@ MatrixOption = Annotated[Optional[Path], typer.Option(
     "--matrix", help="A YAML file of targets that adds to or overrides opset_matrix.yaml.")]
 
 
+MinSqnrOption = Annotated[Optional[float], typer.Option(
+    "--min-sqnr", help="int8 artifacts: the lowest SQNR in dB an output may have (default 20).")]
+MinTop1Option = Annotated[Optional[float], typer.Option(
+    "--min-top1", min=0.0, max=1.0,
+    help="int8 artifacts: the lowest top-1 agreement with the source for outputs over classes (default 0.95).")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print the report as JSON on stdout.")]
 QuietOption = Annotated[bool, typer.Option("--quiet", help="No progress lines, only the verdict and failures.")]
 
@@ -233,7 +238,17 @@ def export(
         "--exporter", help="auto, or force one: dynamo, torchscript (PyTorch -> ONNX), tf2onnx (Keras -> ONNX), "
         "tflite-converter (Keras -> TFLite), litert-torch (PyTorch -> TFLite).")] = "auto",
     quantize: Annotated[Optional[str], typer.Option(
-        "--quantize", help="TFLite: fp16 (float16 weights) or dynamic-int8 (dynamic-range int8).")] = None,
+        "--quantize", help="int8 (full-integer post-training quantization, every route); TFLite also fp16 "
+        "(float16 weights) or dynamic-int8 (dynamic-range int8).")] = None,
+    io: Annotated[str, typer.Option(
+        "--io", help="With --quantize int8: the artifact's input and output types, float, int8 or uint8 (TFLite).")
+    ] = "float",
+    calibration: Annotated[Optional[str], typer.Option(
+        "--calibration", help="With --quantize int8: calibration data, an .npz of arrays by input name, a folder of "
+        ".npz/.npy files, or file.py:callable yielding feed dicts (default: seeded random batches).")] = None,
+    allow_float_ops: Annotated[bool, typer.Option(
+        "--allow-float-ops", help="With --quantize int8: let ops without an int8 kernel stay float (the report "
+        "lists them) instead of failing.")] = False,
     target: Annotated[Optional[str], typer.Option(
         "--target", help="Export for this runtime or device (see `exportgate targets`), and check the artifact "
         "against it before writing it.")] = None,
@@ -250,6 +265,8 @@ def export(
     no_verify: Annotated[bool, typer.Option("--no-verify", help="Skip verification (the report says so).")] = False,
     no_gelu_guard: GeluGuardOption = False,
     allow_nonfinite: NonfiniteOption = False,
+    min_sqnr: MinSqnrOption = None,
+    min_top1: MinTop1Option = None,
     trust_source: TrustSourceOption = False,
     timeout: TimeoutOption = None,
     memory_limit: MemoryOption = None,
@@ -266,10 +283,11 @@ def export(
     with _interruptible(), _stdout_for_the_report(), _runtime_limits(timeout, memory_limit), \
             _command_progress(quiet) as progress:
         result = api.export(
-            model, to=to, out=out, opset=opset, exporter=exporter, quantize=quantize, target=target, gelu=gelu,
-            matrix=matrix, inputs=inputs, dynamic=dynamic, atol=atol,
-            rtol=rtol, seed=seed, batches=batches, verify=not no_verify, gelu_guard=not no_gelu_guard,
-            allow_nonfinite=allow_nonfinite, trust_source=trust_source, reports=_reports(report, junit, html, summary),
+            model, to=to, out=out, opset=opset, exporter=exporter, quantize=quantize, io=io, calibration=calibration,
+            allow_float_ops=allow_float_ops, target=target, gelu=gelu, matrix=matrix, inputs=inputs, dynamic=dynamic,
+            atol=atol, rtol=rtol, min_sqnr=min_sqnr, min_top1=min_top1, seed=seed, batches=batches,
+            verify=not no_verify, gelu_guard=not no_gelu_guard, allow_nonfinite=allow_nonfinite,
+            trust_source=trust_source, reports=_reports(report, junit, html, summary),
             progress=progress,
         )
     _finish(result, as_json)
@@ -289,6 +307,8 @@ def verify(
     batches: BatchesOption = 3,
     no_gelu_guard: GeluGuardOption = False,
     allow_nonfinite: NonfiniteOption = False,
+    min_sqnr: MinSqnrOption = None,
+    min_top1: MinTop1Option = None,
     trust_source: TrustSourceOption = False,
     timeout: TimeoutOption = None,
     memory_limit: MemoryOption = None,
@@ -306,7 +326,7 @@ def verify(
             _command_progress(quiet) as progress:
         result = api.verify(artifact, source=source, runtime=runtime, inputs=inputs, atol=atol, rtol=rtol, seed=seed,
                             batches=batches, gelu_guard=not no_gelu_guard, allow_nonfinite=allow_nonfinite,
-                            trust_source=trust_source, reports=_reports(report, junit, html, summary), progress=progress)
+                            min_sqnr=min_sqnr, min_top1=min_top1, trust_source=trust_source, reports=_reports(report, junit, html, summary), progress=progress)
     _finish(result, as_json)
 
 

@@ -54,7 +54,13 @@ _OPTIONS = {
     "opset": ("a positive integer", lambda v: v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None),
     "target": ("a target name", lambda v: v if isinstance(v, str) else None),
     "gelu": ("preserve, tanh or native", lambda v: v if isinstance(v, str) else None),
-    "quantize": ("fp16 or dynamic-int8", lambda v: v if isinstance(v, str) else None),
+    "quantize": ("int8, fp16 or dynamic-int8", lambda v: v if isinstance(v, str) else None),
+    "io": ("float, int8 or uint8", lambda v: v if isinstance(v, str) else None),
+    "calibration": ("a path (.npz, a folder) or file.py:callable", lambda v: v if isinstance(v, str) and v else None),
+    "allow_float_ops": ("true or false", lambda v: v if isinstance(v, bool) else None),
+    "min_sqnr": ("a number (dB)", lambda v: float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None),
+    "min_top1": ("a number from 0 to 1", lambda v: float(v) if isinstance(v, (int, float)) and not isinstance(v, bool)
+                 and 0 <= v <= 1 else None),
     "exporter": ("an exporter name", lambda v: v if isinstance(v, str) else None),
     "dynamic": ("NAME:AXIS[:MIN..MAX] or a list of them", _strings),
     "inputs": ("NAME:SHAPE:DTYPE or a list of them", _strings),
@@ -194,6 +200,9 @@ def _job(model_name: str, models: dict, artifact_name: str, artifact: dict, defa
     if "to" not in options:
         raise BadInput(f"{where}: job {job_id}: to: [artifacts.{artifact_name}] needs to = \"onnx\" or \"tflite\"")
     files = [file, *(base / name for name in extra)]
+    if "calibration" in options:
+        options["calibration"], calibration_file = _calibration(options["calibration"], base, f"{where}: job {job_id}")
+        files.append(calibration_file)
     for extra_file in files[1:]:
         if not extra_file.exists():
             raise BadInput(f"{where}: job {job_id}: files: {extra_file}: no such file or folder")
@@ -203,6 +212,7 @@ def _job(model_name: str, models: dict, artifact_name: str, artifact: dict, defa
 
 # export's option for each config field, as its messages name them
 _FLAGS = {"to": "--to", "opset": "--opset", "target": "--target", "gelu": "--gelu", "quantize": "--quantize",
+          "io": "--io", "calibration": "--calibration", "min_sqnr": "--min-sqnr", "min_top1": "--min-top1",
           "exporter": "--exporter", "dynamic": "--dynamic", "inputs": "--input", "atol": "--atol", "rtol": "--rtol"}
 
 
@@ -244,6 +254,18 @@ def _path(raw: dict, key: str, base: Path, where: str, must_exist: bool = True) 
     if must_exist and not path.is_file():
         raise BadInput(f"{where}: {key}: {path}: no such file")
     return path
+
+
+def _calibration(spec: str, base: Path, where: str) -> tuple[str, Path]:
+    """A calibration spec resolved against the config's folder, and the file or folder it reads
+    (its content is part of the job's cache key)."""
+    path, sep, attr = spec.rpartition(":")
+    if not (sep and path.endswith(".py")):
+        path, attr = spec, ""
+    file = base / path
+    if not file.exists():
+        raise BadInput(f"{where}: calibration: {file}: no such file or folder")
+    return (f"{file}:{attr}" if attr else str(file)), file
 
 
 def files_digest(paths: tuple[Path, ...]) -> str:

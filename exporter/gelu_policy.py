@@ -123,11 +123,17 @@ def _tflite(path: Path, policy: str, target: Target | None) -> PolicyOutcome:
     from verifiers.target_facts import version_greater
     from verifiers.tflite_model import load_tflite
 
-    has_builtin = any(code.name == "GELU" for code in load_tflite(path).opcodes)
+    versions = {code.version for code in load_tflite(path).opcodes if code.name == "GELU"}
+    has_builtin, integer = bool(versions), any(v >= 2 for v in versions)  # version 2: int8/uint8 GELU
+    flag = "builtin_int8" if integer else "builtin"
     runs_builtin = target is None or (
-        target.gelu.get("builtin") is not False
+        target.gelu.get(flag) is not False
         and not (target.max_runtime_version and version_greater(TFLITE_GELU_RUNTIME, target.max_runtime_version))
     )
+    if integer and has_builtin and not runs_builtin:
+        raise Incompatible(f"{target.name} does not run the int8 GELU builtin (gelu.builtin_int8: false), and an "
+                           "int8 GELU cannot be written as other ops (each would need int8 ranges of its own): "
+                           "this model's GELUs keep it off that target in int8")
     outcome = PolicyOutcome()
     if policy == "native" and not runs_builtin:
         raise Incompatible(f"--gelu native: {target.name} does not run the GELU builtin")

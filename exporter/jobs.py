@@ -263,7 +263,9 @@ def export_arguments(job: Job, out: Path, report: Path, limits: dict) -> list[st
     options = job.options
     args = ["export", job.model, "--to", options["to"], "--out", str(out), "--report", str(report)]
     for key, flag in (("opset", "--opset"), ("target", "--target"), ("gelu", "--gelu"), ("quantize", "--quantize"),
-                      ("exporter", "--exporter"), ("seed", "--seed"), ("batches", "--batches")):
+                      ("io", "--io"), ("calibration", "--calibration"), ("min_sqnr", "--min-sqnr"),
+                      ("min_top1", "--min-top1"), ("exporter", "--exporter"), ("seed", "--seed"),
+                      ("batches", "--batches")):
         if key in options:
             args += [flag, str(options[key])]
     for key, flag in (("dynamic", "--dynamic"), ("inputs", "--input"), ("atol", "--atol"), ("rtol", "--rtol")):
@@ -271,7 +273,8 @@ def export_arguments(job: Job, out: Path, report: Path, limits: dict) -> list[st
             args += [flag, value]
     if options.get("gelu_guard") is False:
         args.append("--no-gelu-guard")
-    for key, flag in (("allow_nonfinite", "--allow-nonfinite"), ("trust_source", "--trust-source")):
+    for key, flag in (("allow_nonfinite", "--allow-nonfinite"), ("allow_float_ops", "--allow-float-ops"),
+                      ("trust_source", "--trust-source")):
         if options.get(key):
             args.append(flag)
     if job.matrix is not None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from verifiers.errors import BadInput
+from verifiers.quant_metrics import IntegerThresholds, judge_integer_output
 from verifiers.report import Finding, OutputResult
 
 
@@ -43,6 +44,8 @@ class Tolerances:
     # NaN or Inf in the source's outputs fail the comparison unless this is set; then they pass
     # where the artifact has the same value at the same position (NaN for NaN, Inf of the same sign).
     allow_nonfinite: bool = False
+    # Set for an integer (int8) artifact: float outputs pass on SQNR and top-1 agreement, not atol/rtol.
+    integer: IntegerThresholds | None = None
 
     @classmethod
     def parse(cls, atol_options: list[str], rtol_options: list[str]) -> "Tolerances":
@@ -177,16 +180,26 @@ def _compare_one(name, art_name, refs, arts, tolerances):
             if significant.any():
                 max_rel = max(max_rel, float((diff[significant] / mag[significant]).max()))
     passed = out_count == 0 and nonfinite_message is None
+    integer = tolerances.integer if refs[0].dtype.kind == "f" else None
+    metrics, integer_message = {}, None
+    if integer is not None:
+        metrics, integer_message = judge_integer_output(name, refs, arts, integer)
+        metrics = {**metrics, "sqnr_db": _finite_or_none(metrics["sqnr_db"]),
+                   "min_sqnr_db": integer.min_sqnr_db, "min_top1": integer.min_top1}
+        passed = integer_message is None and nonfinite_message is None
     result = OutputResult(
         shape=list(refs[0].shape), artifact_shape=list(arts[0].shape), max_abs_err=max_abs,
         max_rel_err=max_rel, frac_out_of_tol=out_count / total if total else 0.0,
         passed=passed, nonfinite=nonfinite, **base,
-        error_histogram={"log10_edges": list(HISTOGRAM_LOG10_EDGES), "counts": counts.tolist()},
+        error_histogram={"log10_edges": list(HISTOGRAM_LOG10_EDGES), "counts": counts.tolist()}, **metrics,
     )
     if passed:
         return result, None
     if nonfinite_message is not None:
         message = nonfinite_message
+    elif integer_message is not None:
+        return result, Finding("numeric", integer_message, output=name, data={
+            "max_abs_err": max_abs, **{k: metrics[k] for k in ("sqnr_db", "cosine", "top1_agreement")}})
     else:
         message = (
             f"output {name}: max abs err {max_abs:.3g} (atol {tol.atol:g}), max rel err "
@@ -196,6 +209,11 @@ def _compare_one(name, art_name, refs, arts, tolerances):
     return result, Finding("numeric", message, output=name, data={
         "max_abs_err": max_abs, "max_rel_err": max_rel, "frac_out_of_tol": out_count / total,
     })
+
+
+def _finite_or_none(value: float) -> float | None:
+    """A report number: SQNR is +inf for identical outputs and -inf against an all-zero reference."""
+    return value if np.isfinite(value) else None
 
 
 def _kind(value: float) -> str:

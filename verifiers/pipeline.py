@@ -14,6 +14,7 @@ import numpy as np
 from verifiers.compare import Tolerances, compare_outputs, match_outputs
 from verifiers.errors import BadInput, ExportgateError, one_line
 from verifiers.formats import Artifact, detect_format, measured_sites, opened
+from verifiers.quant_metrics import dequantize, quantize
 from verifiers.report import Report
 from verifiers.steps import Progress, count, silent
 from verifiers.runtimes import InvalidArtifact, Runner, open_runner, run_model, runtime_for
@@ -73,7 +74,7 @@ def compare(report: Report, runner: Runner, feeds, reference, tolerances: Tolera
         for done, feed in enumerate(artifact_feeds):
             count(progress, "batches", done, len(artifact_feeds))
             try:
-                outputs = runner.infer(feed)
+                outputs = _real_runs(runner, runner.infer(feed))
             except ExportgateError:
                 raise
             except Exception as exc:
@@ -128,7 +129,7 @@ def judge_gelu(report: Report, artifact: Artifact, captured: list | str | None, 
     read (a source graph that cannot be read fails the run: the guard cannot vouch for the
     artifact), or None when the user turned the guard off, which the report records."""
     from verifiers.gelu.catalogue import SiteFlavour
-    from verifiers.gelu.verdict import DECLARED, judge
+    from verifiers.gelu.verdict import DECLARED, INDISTINGUISHABLE, judge
 
     if captured is None:
         report.gelu_guard = "off (--no-gelu-guard)"
@@ -148,7 +149,7 @@ def judge_gelu(report: Report, artifact: Artifact, captured: list | str | None, 
         if verdict.failed:
             side = verdict.artifact or verdict.source
             report.fail("gelu", verdict.message(), site=side.site.site_id)
-        elif verdict.status == DECLARED:
+        elif verdict.status in (DECLARED, INDISTINGUISHABLE):
             report.notes.append(verdict.message())
     if any(v.status == DECLARED for v in verdicts) and not any(v.failed for v in verdicts):
         _accept_declared_differences(report)
@@ -204,6 +205,12 @@ def swapped_outputs(fmt: str, path: Path, sites: list, feeds: list[dict[str, np.
 
 
 def _artifact_feed(runner: Runner, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Source inputs under the artifact's input names, quantized where the artifact takes quantized values."""
+    named = named_feed(runner, feed)
+    return {info.name: _quantized(info, named[info.name]) for info in runner.inputs}
+
+
+def named_feed(runner: Runner, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Source inputs under the artifact's input names: by name when they match, else by order."""
     names = [i.name for i in runner.inputs]
     if set(names) <= set(feed):
@@ -214,6 +221,26 @@ def _artifact_feed(runner: Runner, feed: dict[str, np.ndarray]) -> dict[str, np.
         raise BadInput(f"the artifact takes inputs {', '.join(names)} and the source "
                        f"{', '.join(feed)}; they cannot be matched by name or by order")
     return chosen
+
+
+def _quantized(info, value: np.ndarray) -> np.ndarray:
+    """A float source input for an artifact input holding quantized values: quantized with the
+    artifact's own scale and zero point, as a caller of the artifact would."""
+    if info.quantization is None or value.dtype.kind != "f":
+        return value
+    scale, zero_point = info.quantization
+    return quantize(value, scale, zero_point, np.dtype(info.dtype))
+
+
+def real_values(infos: list, outputs: list[np.ndarray]) -> list[np.ndarray]:
+    """An artifact's outputs as the real values they hold: quantized outputs dequantized with their
+    own scale and zero point, the others as they are."""
+    return [value if info.quantization is None else dequantize(value, *info.quantization)
+            for info, value in zip(infos, outputs)]
+
+
+def _real_runs(runner: Runner, runs: dict[str, list[np.ndarray]]) -> dict[str, list[np.ndarray]]:
+    return {variant: real_values(runner.outputs, outputs) for variant, outputs in runs.items()}
 
 
 def fixed_in_artifact(report: Report, plans: list, inputs: list, exporter: str | None = None) -> None:
@@ -249,7 +276,7 @@ def compare_at_sizes(report: Report, comparison: Comparison, plans: list, sized:
             feed, reference = sized[(plan.symbol, size)]
             where = plan.where(size)
             try:
-                outputs = runner.infer(_artifact_feed(runner, feed))
+                outputs = _real_runs(runner, runner.infer(_artifact_feed(runner, feed)))
             except ExportgateError as exc:
                 if exc.kind not in ("input", "numeric"):
                     raise  # a crashed or hung runtime stays a runtime failure

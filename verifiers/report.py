@@ -77,6 +77,14 @@ class OutputResult:
     # How many elements' |artifact - source| fall in each decade: counts[0] below
     # 10**log10_edges[0] (exact matches included), counts[k] from 10**edges[k-1], the last at or above 10**edges[-1].
     error_histogram: dict[str, list] = field(default_factory=dict)
+    # An integer (int8) artifact is judged by these instead of atol/rtol (verifiers.quant_metrics):
+    # SQNR in dB (None when the outputs are identical), cosine similarity, and top-1 agreement for
+    # outputs whose last axis holds classes.
+    sqnr_db: float | None = None
+    cosine: float | None = None
+    top1_agreement: float | None = None
+    min_sqnr_db: float | None = None
+    min_top1: float | None = None
 
 
 @dataclass
@@ -145,6 +153,9 @@ class Report:
     # Why a dynamic axis may not hold at other sizes, seen before running: {"kind", "message",
     # "location"}. Hints only: the verdict comes from the runs at other sizes.
     dynamic_hints: list[dict[str, Any]] = field(default_factory=list)
+    # An integer artifact: {"mode", "io", "float_ops", "calibration": {"source", "batches", "random"},
+    # "method", "layers": [{"tensor", "op_type", "sqnr_db", ...} worst first], "first_collapse"}.
+    quantization: dict[str, Any] = field(default_factory=dict)
     failures: list[Finding] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
@@ -198,6 +209,40 @@ class Report:
         body["failures"] = [_dataclass(Finding, f) for f in body.get("failures") or []]
         return cls(**body)
 
+    def _passed_line(self, passed: list[OutputResult]) -> str:
+        over = f" over {(self.batches or 0) + self.example_batch} input batch(es)"
+        judged = [o for o in passed if o.min_sqnr_db is not None]
+        if not judged:
+            worst = max((o.max_abs_err or 0.0) for o in passed)
+            return f"  {len(passed)} output(s) within tolerance, max abs err {worst:.3g}{over}"
+        sqnr = [o.sqnr_db for o in judged if o.sqnr_db is not None]
+        top1 = [o.top1_agreement for o in judged if o.top1_agreement is not None]
+        parts = [f"SQNR {min(sqnr):.1f} dB at worst (min {judged[0].min_sqnr_db:g})" if sqnr else "identical"]
+        if top1:
+            parts.append(f"top-1 agreement {min(top1):.3f} (min {judged[0].min_top1:g})")
+        return f"  {len(passed)} output(s) pass as int8: {', '.join(parts)}{over}"
+
+    def _quantization_lines(self) -> list[str]:
+        q = self.quantization
+        calibration = q.get("calibration")
+        head = f"  quantization: {q['mode']}, io {q.get('io', 'float')}"
+        if calibration:
+            head += f", calibrated on {calibration['batches']} batch(es) from {calibration['source']}"
+        lines = [head]
+        if calibration and calibration.get("random"):
+            lines.append("  the calibration data was random: no evidence of accuracy on real inputs (give --calibration)")
+        if q.get("float_ops"):
+            first = q["float_ops"][0]
+            lines.append(f"  {len(q['float_ops'])} float op(s), first {first['node']} ({first['op_type']})")
+        if q.get("spec_violations"):
+            lines.append(f"  {len(q['spec_violations'])} departure(s) from the int8 spec, first: "
+                         f"{q['spec_violations'][0]['message']}")
+        collapse = q.get("first_collapse")
+        if collapse:
+            sqnr = "not finite" if collapse["sqnr_db"] is None else f"{collapse['sqnr_db']:.1f} dB"
+            lines.append(f"  first layer to collapse: {collapse['tensor']} ({collapse['op_type']}), SQNR {sqnr}")
+        return lines
+
     def summary_lines(self) -> list[str]:
         """A short human summary: the verdict first, then one line per failure. Bad input or
         usage (exit 2: nothing was judged) is one `exportgate: error:` line per failure, like
@@ -222,11 +267,9 @@ class Report:
             lines.append("  not verified (--no-verify)")
         passed = [o for o in self.outputs if o.passed]
         if passed and not self.failures:
-            worst = max((o.max_abs_err or 0.0) for o in passed)
-            lines.append(
-                f"  {len(passed)} output(s) within tolerance, max abs err {worst:.3g}"
-                f" over {(self.batches or 0) + self.example_batch} input batch(es)"
-            )
+            lines.append(self._passed_line(passed))
+        if self.quantization.get("mode") not in (None, "float"):
+            lines.extend(self._quantization_lines())
         if self.dynamic and not self.failures:
             checked = [d for d in self.dynamic if d["status"] == "pass"]
             if checked:
@@ -238,11 +281,17 @@ class Report:
         if self.gelu_guard.startswith("off"):
             lines.append(f"  GELU guard {self.gelu_guard}")
         if self.gelu and not any(f.kind == "gelu" for f in self.failures):
-            judged = [g for g in self.gelu if g["status"] != "unused"]
-            unused = len(self.gelu) - len(judged)
+            judged = [g for g in self.gelu if g["status"] not in ("unused", "indistinguishable")]
+            unused = sum(g["status"] == "unused" for g in self.gelu)
+            unresolved = [g for g in self.gelu if g["status"] == "indistinguishable"]
             flavours = sorted({g["source_flavour"] for g in judged if g["source_flavour"]})
-            lines.append(f"  {len(judged)} GELU site(s) keep their flavour ({', '.join(flavours)})"
-                         + (f"; {unused} unused (no output depends on them), not judged" if unused else ""))
+            if judged or not unresolved:
+                lines.append(f"  {len(judged)} GELU site(s) keep their flavour ({', '.join(flavours)})"
+                             + (f"; {unused} unused (no output depends on them), not judged" if unused else ""))
+            if unresolved:
+                steps = ", ".join(f"{g['resolution']:.2g}" for g in unresolved if g.get("resolution") is not None)
+                lines.append(f"  {len(unresolved)} GELU site(s) whose flavour int8 cannot resolve"
+                             + (f" (output step {steps})" if steps else "") + ": neither kept nor changed")
         for finding in self.failures:
             lines.append(f"  [{finding.kind}] {finding.message}")
         if any("dynamic" in f.data for f in self.failures):

@@ -32,6 +32,8 @@ class TensorInfo:
     name: str
     shape: list[int | str | None]
     dtype: str
+    # (scale, zero point) of an integer tensor that holds quantized real values, else None.
+    quantization: tuple[float, int] | None = None
 
 
 class InvalidArtifact(ExportgateError):

@@ -150,7 +150,10 @@ def _info(name: str, detail: dict) -> TensorInfo:
     signature = detail.get("shape_signature")
     dims = signature if signature is not None and len(signature) else detail["shape"]
     shape = [None if int(d) < 0 else int(d) for d in dims]
-    return TensorInfo(name, shape, np.dtype(detail["dtype"]).name)
+    dtype = np.dtype(detail["dtype"])
+    scale, zero_point = detail.get("quantization", (0.0, 0))
+    quantization = (float(scale), int(zero_point)) if dtype.kind in "iu" and scale else None
+    return TensorInfo(name, shape, dtype.name, quantization)
 
 
 def validate(model: Path | bytes) -> None:

@@ -25,8 +25,8 @@ from verifiers.writers import atomic_write, job_name
 OPTION = "--html"
 
 _ID_OR_REFERENCE = re.compile(r"""(\bid=["']|url\(#|href=["']#)([^"')]+)""")
-_STATUS_CLASS = {"kept": "pass", "declared": "note", "unused": "skip", "changed": "fail", "removed": "fail",
-                 "added": "fail"}
+_STATUS_CLASS = {"kept": "pass", "declared": "note", "indistinguishable": "note", "unused": "skip", "changed": "fail",
+                 "removed": "fail", "added": "fail"}
 _SIZE_STATUS_CLASS = {"pass": "pass", "fail": "fail", "skipped": "skip"}
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 72em; color: #1a1a1a; }
@@ -123,6 +123,8 @@ class _Page:
             parts.append(self._outputs(report))
         if report.dynamic:
             parts.append(self._dynamic(report))
+        if report.quantization.get("mode"):
+            parts.append(self._quantization(report))
         if report.gelu or report.gelu_guard != "not run":
             parts.append(self._gelu(report))
         if report.target:
@@ -148,11 +150,13 @@ class _Page:
     def _outputs(self, report: Report) -> str:
         runs = [("", o) for o in report.outputs]
         runs += [(f"{variant}: ", o) for variant, outputs in report.variant_outputs.items() for o in outputs]
+        integer = any(o.min_sqnr_db is not None for _, o in runs)
         rows = [[_e(prefix + o.name), _e(o.shape), _e(_g(o.max_abs_err)), _e(_g(o.max_rel_err)),
-                 _e(_g(o.frac_out_of_tol)), _e(f"{o.atol:g} / {o.rtol:g}"),
+                 *([_e(_g(o.sqnr_db) or "identical"), _e(_g(o.cosine)), _e(_g(o.top1_agreement))] if integer else
+                   [_e(_g(o.frac_out_of_tol)), _e(f"{o.atol:g} / {o.rtol:g}")]),
                  ("pass", "pass") if o.passed else ("fail", "fail")] for prefix, o in runs]
-        parts = ["<h3>Outputs</h3>", _table(["output", "shape", "max abs err", "max rel err", "out of tolerance",
-                                             "atol / rtol", ""], rows)]
+        judged_by = ["SQNR dB", "cosine", "top-1 agreement"] if integer else ["out of tolerance", "atol / rtol"]
+        parts = ["<h3>Outputs</h3>", _table(["output", "shape", "max abs err", "max rel err", *judged_by, ""], rows)]
         parts += [self.svg(_histogram(prefix + o.name, o)) for prefix, o in runs if o.error_histogram]
         return "".join(parts)
 
@@ -167,6 +171,26 @@ class _Page:
         if report.dynamic_hints:
             parts.append("<p>Hints (the verdict comes from the runs):</p><ul>" + "".join(
                 f"<li>{_e(h['message'])}</li>" for h in report.dynamic_hints) + "</ul>")
+        return "".join(parts)
+
+    @staticmethod
+    def _quantization(report: Report) -> str:
+        q = report.quantization
+        calibration = q.get("calibration") or {}
+        facts = [("mode", q["mode"]), ("io", q.get("io")), ("method", q.get("method")),
+                 ("calibration", f"{calibration['batches']} batch(es) from {calibration['source']}"
+                  if calibration else None), ("float ops", len(q.get("float_ops", [])))]
+        parts = ["<h3>Quantization</h3>", _table([], [[_e(k), f"<code>{_e(v)}</code>"] for k, v in facts
+                                                     if v is not None])]
+        if q.get("float_ops"):
+            parts.append(_table(["float op", "op type", "tensor", "dtype"], [
+                [_e(op["node"]), _e(op["op_type"]), _e(op["tensor"]), _e(op["dtype"])] for op in q["float_ops"]]))
+        if q.get("layers"):
+            first = (q.get("first_collapse") or {}).get("tensor")
+            parts.append("<p>Layers, worst first (each int8 tensor against the float model's):</p>" + _table(
+                ["tensor", "op type", "SQNR dB", ""], [
+                    [_e(layer["tensor"]), _e(layer["op_type"]), _e(_g(layer["sqnr_db"])),
+                     ("fail", "first to collapse") if layer["tensor"] == first else ""] for layer in q["layers"]]))
         return "".join(parts)
 
     def _gelu(self, report: Report) -> str:

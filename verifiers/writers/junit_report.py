@@ -139,7 +139,8 @@ def _gelu_cases(report: Report, placed: set[int]):
             placed.update(map(id, found))
             yield _case("gelu", name, seconds, found or [Finding("gelu", entry["message"])])
         else:
-            yield _case("gelu", name, seconds, skipped=entry["message"] if entry["status"] == "unused" else None)
+            yield _case("gelu", name, seconds,
+                        skipped=entry["message"] if entry["status"] in ("unused", "indistinguishable") else None)
 
 
 def _target_cases(report: Report, placed: set[int]):

@@ -24,19 +24,31 @@ def render(jobs: list[tuple[str, Report]]) -> str:
     verdict = "FAIL" if failed else "PASS"
     lines = [f"### exportgate: {verdict}", "",
              f"{len(jobs) - len(failed)} of {len(jobs)} job(s) pass.", "",
-             "| job | verdict | exit | format | opset | GELU sites | dynamic axes | max abs err |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| job | verdict | exit | format | opset | GELU sites | dynamic axes | max abs err | int8 SQNR |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for name, report in jobs:
         changed = sum(g["status"] in ("changed", "removed", "added") for g in report.gelu)
-        gelu = f"{len(report.gelu) - changed} kept, {changed} changed" if report.gelu else report.gelu_guard
+        unresolved = sum(g["status"] == "indistinguishable" for g in report.gelu)
+        gelu = (f"{len(report.gelu) - changed - unresolved} kept, {changed} changed"
+                + (f", {unresolved} not distinguishable at int8" if unresolved else "")) if report.gelu \
+            else report.gelu_guard
         worst = max((o.max_abs_err or 0.0 for o in report.outputs), default=None)
         lines.append(f"| {_cell(name)} | {'✅ pass' if report.exit_code == 0 else '❌ fail'} | {report.exit_code} "
                      f"| {report.format or ''} | {report.actual_opset or ''} | {gelu} | {_cell(_dynamic(report))} "
-                     f"| {'' if worst is None else f'{worst:.3g}'} |")
+                     f"| {'' if worst is None else f'{worst:.3g}'} | {_sqnr(report)} |")
     for name, report in failed:
         lines += ["", f"**{_cell(name)}**", ""]
         lines += [f"- `{finding.kind}`: {_cell(finding.message)}" for finding in report.failures]
     return "\n".join(lines) + "\n"
+
+
+def _sqnr(report: Report) -> str:
+    """The worst output SQNR of an int8 artifact (`identical` when no output differs), else empty."""
+    judged = [o for o in report.outputs if o.min_sqnr_db is not None]
+    if not judged:
+        return ""
+    sqnr = [o.sqnr_db for o in judged if o.sqnr_db is not None]
+    return f"{min(sqnr):.1f} dB" if sqnr else "identical"
 
 
 def _dynamic(report: Report) -> str:
