@@ -60,3 +60,19 @@ def big_mlp():
     for _ in range(10):
         layers += [torch.nn.Linear(8000, 8000), torch.nn.GELU()]
     return torch.nn.Sequential(*layers[:-1]).eval(), (torch.randn(2, 8000),)
+
+
+MOBILENET_SIZE = 224
+
+
+def keras_mobilenet_v2():
+    """keras.applications MobileNetV2 at alpha 0.35, 224x224, random weights (nothing downloaded),
+    10 classes (a softmax over 1000 random-weight classes is about 0.001 each: all zero in int8)."""
+    from exporter.frameworks.keras_framework import prepare_keras_environment
+
+    prepare_keras_environment()
+    import keras
+
+    keras.utils.set_random_seed(0)
+    return keras.applications.MobileNetV2(input_shape=(MOBILENET_SIZE, MOBILENET_SIZE, 3), alpha=0.35, weights=None,
+                                          classes=10)
