@@ -16,7 +16,7 @@ from typing import Any
 from exporter.digests import Digests, sha256
 from exporter.frameworks import load_source
 from exporter.gelu_policy import PolicyOutcome, apply_gelu_policy, check_gelu_policy
-from exporter import integer
+from exporter import integer, localization
 from exporter.routes import ExportRequest, Route, check_request, route_for
 from exporter.sources import InputSpec, Source, make_batches, name_symbols, parse_dynamic_axis, parse_input_spec
 from exporter.sources import specs_of_tensors, stated_length_limit
@@ -75,6 +75,9 @@ class Checked:
     sized: dict = field(default_factory=dict)  # (symbol, size) -> (feed, the source's outputs there)
     min_sqnr: float | None = None
     min_top1: float | None = None
+    localize: bool | None = None  # --localize (True), --no-localize (False), else a red numeric run only
+    input_specs: list[InputSpec] = field(default_factory=list)
+    trust_source: bool = False
 
 
 # ---- steps shared by export and verify ------------------------------------------------------------
@@ -96,6 +99,16 @@ def _reference_at_sizes(run: Checked) -> None:
                 run.sized[(plan.symbol, size)] = (feed, run.source.run(feed)[2])
             except BadInput as exc:
                 plan.skipped[size] = str(exc).replace("the source model failed on its inputs", "the source model fails")
+
+
+def _localize(run: Checked) -> None:
+    localization.localize(run, lambda: localization.reload_source(
+        run.source.spec, run.input_specs, _default_inputs(run), run.trust_source))
+
+
+def _default_inputs(run: Checked):
+    """Input specs read off the artifact, for a source that has none (verify)."""
+    return (lambda: specs_of_tensors(run.runner.inputs)) if run.runner is not None else None
 
 
 def _capture_gelu(run: Checked) -> None:
@@ -196,10 +209,8 @@ class Exported(Checked):
     verify: bool = True
     gelu_guard: bool = True
     allow_nonfinite: bool = False
-    trust_source: bool = False
     # found along the way
     target: Target | None = None
-    input_specs: list[InputSpec] = field(default_factory=list)
     route: Route | None = None
     request: ExportRequest | None = None
     calibration_feeds: list[dict] = field(default_factory=list)  # --quantize int8
@@ -389,7 +400,8 @@ EXPORT_STEPS = (
     Step("stage", _stage),
     Step("export", _export),
     # Only the artifact runs from here on; an int8 export keeps the source for its float twin.
-    Step("release_source", lambda run: run.source.release(), when=lambda run: run.quantize != "int8"),
+    Step("release_source", lambda run: run.source.release(),
+         when=lambda run: run.quantize != "int8" and not run.localize),
     Step("gelu_form", _gelu_form),
     Step("artifact_facts", _exported_artifact),
     Step("precision", _record_precision),
@@ -401,6 +413,8 @@ EXPORT_STEPS = (
          message=lambda run: f"loading the artifact in {runtime_for(run.to).runtime}", when=lambda run: run.verifying),
     Step("compare", _exported_artifact_loads(_compare), when=lambda run: run.verifying, timed=False),
     Step("sizes", _exported_artifact_loads(_exported_at_sizes), when=lambda run: run.verifying, timed=False),
+    Step("localize", _exported_artifact_loads(_localize), message=lambda run: "localising the divergence",
+         when=lambda run: run.verifying and localization.wanted(run.localize, run.report)),
     Step("layers", lambda run: _diagnose_layers(run, _exported_float_twin(run)),
          when=lambda run: run.verifying and run.quantize == "int8" and bool(integer.weak_outputs(run.report))),
     Step("gelu", _exported_artifact_loads(_judge_gelu),
@@ -432,6 +446,7 @@ def export(
     rtol: Sequence[str] = (),
     min_sqnr: float | None = None,
     min_top1: float | None = None,
+    localize: bool | None = None,
     seed: int = 0,
     batches: int = DEFAULT_BATCHES,
     verify: bool = True,
@@ -449,7 +464,8 @@ def export(
     run = Exported(report, progress, model=model, to=to, out=Path(out), opset=opset, exporter=exporter,
                    quantize=quantize, io=io, calibration=calibration, allow_float_ops=allow_float_ops,
                    target_name=target, gelu=gelu, matrix=matrix, inputs=inputs, dynamic=dynamic,
-                   atol=atol, rtol=rtol, min_sqnr=min_sqnr, min_top1=min_top1, seed=seed, batches=batches,
+                   atol=atol, rtol=rtol, min_sqnr=min_sqnr, min_top1=min_top1, localize=localize, seed=seed,
+                   batches=batches,
                    verify=verify, gelu_guard=gelu_guard, allow_nonfinite=allow_nonfinite, trust_source=trust_source,
                    reports=_reports(report_path, reports))
     return run_steps(report, EXPORT_STEPS, run, progress, run.reports)
@@ -485,8 +501,6 @@ class Verified(Checked):
     batches: int = DEFAULT_BATCHES
     gelu_guard: bool = True
     allow_nonfinite: bool = False
-    trust_source: bool = False
-    input_specs: list[InputSpec] = field(default_factory=list)
 
 
 def _verify_options(run: Verified) -> None:
@@ -547,10 +561,13 @@ VERIFY_STEPS = (
     Step("gelu_source", _capture_gelu, when=lambda run: run.gelu_guard),
     Step("precision", _record_precision),
     # Only the artifact runs from here on; an int8 artifact's source stays for its float twin.
-    Step("release_source", lambda run: run.source.release(), when=lambda run: not _integer_artifact(run)),
+    Step("release_source", lambda run: run.source.release(),
+         when=lambda run: not _integer_artifact(run) and not run.localize),
     Step("load_artifact", lambda run: run.runner.wait_loaded()),  # what is left of the load
     Step("compare", _compare, timed=False),
     Step("sizes", _compare_at_sizes, timed=False),
+    Step("localize", _localize, message=lambda run: "localising the divergence",
+         when=lambda run: localization.wanted(run.localize, run.report)),
     Step("layers", lambda run: _diagnose_layers(run, _verified_float_twin(run)),
          when=lambda run: _integer_artifact(run) and bool(integer.weak_outputs(run.report))),
     Step("gelu", _judge_gelu,
@@ -573,6 +590,7 @@ def verify(
     allow_nonfinite: bool = False,
     min_sqnr: float | None = None,
     min_top1: float | None = None,
+    localize: bool | None = None,
     trust_source: bool = False,
     report_path: str | Path | None = None,
     reports: Mapping[str, str | Path] | None = None,
@@ -583,7 +601,7 @@ def verify(
     report = Report(command="verify", model=source, seed=seed, batches=batches)
     run = Verified(report, progress, path=Path(artifact), model=source, runtime=runtime, inputs=inputs, atol=atol,
                    rtol=rtol, seed=seed, batches=batches, gelu_guard=gelu_guard, allow_nonfinite=allow_nonfinite,
-                   min_sqnr=min_sqnr, min_top1=min_top1, trust_source=trust_source,
+                   min_sqnr=min_sqnr, min_top1=min_top1, localize=localize, trust_source=trust_source,
                    reports=_reports(report_path, reports))
     return run_steps(report, VERIFY_STEPS, run, progress, run.reports)
 

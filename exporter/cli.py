@@ -69,6 +69,10 @@ MatrixOption = Annotated[Optional[Path], typer.Option(
     "--matrix", help="A YAML file of targets that adds to or overrides opset_matrix.yaml.")]
 
 
+LocalizeOption = Annotated[Optional[bool], typer.Option(
+    "--localize/--no-localize", show_default=False,
+    help="Find where the artifact first departs from the source: the op, its module and source line, and the "
+    "error it introduces itself. Default: on a run whose outputs differ; --localize on a green run too.")]
 MinSqnrOption = Annotated[Optional[float], typer.Option(
     "--min-sqnr", help="int8 artifacts: the lowest SQNR in dB an output may have (default 20).")]
 MinTop1Option = Annotated[Optional[float], typer.Option(
@@ -267,6 +271,7 @@ def export(
     allow_nonfinite: NonfiniteOption = False,
     min_sqnr: MinSqnrOption = None,
     min_top1: MinTop1Option = None,
+    localize: LocalizeOption = None,
     trust_source: TrustSourceOption = False,
     timeout: TimeoutOption = None,
     memory_limit: MemoryOption = None,
@@ -285,7 +290,8 @@ def export(
         result = api.export(
             model, to=to, out=out, opset=opset, exporter=exporter, quantize=quantize, io=io, calibration=calibration,
             allow_float_ops=allow_float_ops, target=target, gelu=gelu, matrix=matrix, inputs=inputs, dynamic=dynamic,
-            atol=atol, rtol=rtol, min_sqnr=min_sqnr, min_top1=min_top1, seed=seed, batches=batches,
+            atol=atol, rtol=rtol, min_sqnr=min_sqnr, min_top1=min_top1, localize=localize, seed=seed,
+            batches=batches,
             verify=not no_verify, gelu_guard=not no_gelu_guard, allow_nonfinite=allow_nonfinite,
             trust_source=trust_source, reports=_reports(report, junit, html, summary),
             progress=progress,
@@ -309,6 +315,7 @@ def verify(
     allow_nonfinite: NonfiniteOption = False,
     min_sqnr: MinSqnrOption = None,
     min_top1: MinTop1Option = None,
+    localize: LocalizeOption = None,
     trust_source: TrustSourceOption = False,
     timeout: TimeoutOption = None,
     memory_limit: MemoryOption = None,
@@ -326,7 +333,8 @@ def verify(
             _command_progress(quiet) as progress:
         result = api.verify(artifact, source=source, runtime=runtime, inputs=inputs, atol=atol, rtol=rtol, seed=seed,
                             batches=batches, gelu_guard=not no_gelu_guard, allow_nonfinite=allow_nonfinite,
-                            min_sqnr=min_sqnr, min_top1=min_top1, trust_source=trust_source, reports=_reports(report, junit, html, summary), progress=progress)
+                            min_sqnr=min_sqnr, min_top1=min_top1, localize=localize, trust_source=trust_source,
+                            reports=_reports(report, junit, html, summary), progress=progress)
     _finish(result, as_json)
 
 

@@ -163,15 +163,19 @@ def _compare_one(name, art_name, refs, arts, tolerances):
     nonfinite, nonfinite_message = _nonfinite(name, refs, arts, tolerances.allow_nonfinite)
     max_abs = max_rel = 0.0
     out_count = total = 0
+    worst_batch, worst_count = 0, -1
     counts = np.zeros(len(HISTOGRAM_LOG10_EDGES) + 1, dtype=np.int64)
-    for ref, art in zip(refs, arts):
+    for batch, (ref, art) in enumerate(zip(refs, arts)):
         ref64 = ref.astype(np.float64)
         art64 = art.astype(np.float64)
         finite = np.isfinite(ref64) & np.isfinite(art64)
         diff = np.abs(art64[finite] - ref64[finite])
         mag = np.abs(ref64[finite])
         total += ref.size
-        out_count += int(np.count_nonzero(diff > tol.atol + tol.rtol * mag))
+        outside = int(np.count_nonzero(diff > tol.atol + tol.rtol * mag))
+        out_count += outside
+        if outside > worst_count:
+            worst_batch, worst_count = batch, outside
         counts += np.bincount(np.searchsorted(_HISTOGRAM_EDGES, diff, side="right"), minlength=counts.size)
         if diff.size:
             max_abs = max(max_abs, float(diff.max()))
@@ -208,6 +212,7 @@ def _compare_one(name, art_name, refs, arts, tolerances):
         )
     return result, Finding("numeric", message, output=name, data={
         "max_abs_err": max_abs, "max_rel_err": max_rel, "frac_out_of_tol": out_count / total,
+        "batch": worst_batch,  # the batch with the most elements out of tolerance
     })
 
 

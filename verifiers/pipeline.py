@@ -67,7 +67,7 @@ def compare(report: Report, runner: Runner, feeds, reference, tolerances: Tolera
     if unknown:
         raise BadInput(f"tolerance given for unknown output(s) {', '.join(unknown)} "
                        f"(outputs: {', '.join(ref_names)})")
-    artifact_feeds = [_artifact_feed(runner, feed) for feed in feeds]
+    artifact_feeds = [artifact_feed(runner, feed) for feed in feeds]
     with report.timed("run_artifact"):
         progress(f"running the artifact on {len(feeds)} batch(es)")
         runs: dict[str, list[list[np.ndarray]]] = {variant: [] for variant in runner.variants}
@@ -204,7 +204,7 @@ def swapped_outputs(fmt: str, path: Path, sites: list, feeds: list[dict[str, np.
     return None if variant is None else run_model(runner_class, variant, feeds, data_folder=Path(path).parent)
 
 
-def _artifact_feed(runner: Runner, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def artifact_feed(runner: Runner, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Source inputs under the artifact's input names, quantized where the artifact takes quantized values."""
     named = named_feed(runner, feed)
     return {info.name: _quantized(info, named[info.name]) for info in runner.inputs}
@@ -276,7 +276,7 @@ def compare_at_sizes(report: Report, comparison: Comparison, plans: list, sized:
             feed, reference = sized[(plan.symbol, size)]
             where = plan.where(size)
             try:
-                outputs = _real_runs(runner, runner.infer(_artifact_feed(runner, feed)))
+                outputs = _real_runs(runner, runner.infer(artifact_feed(runner, feed)))
             except ExportgateError as exc:
                 if exc.kind not in ("input", "numeric"):
                     raise  # a crashed or hung runtime stays a runtime failure

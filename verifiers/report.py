@@ -156,6 +156,12 @@ class Report:
     # An integer artifact: {"mode", "io", "float_ops", "calibration": {"source", "batches", "random"},
     # "method", "layers": [{"tensor", "op_type", "sqnr_db", ...} worst first], "first_collapse"}.
     quantization: dict[str, Any] = field(default_factory=dict)
+    # Where a numeric difference starts (a red run, or --localize; verifiers.localize): {"first": {"node",
+    # "op_type", "module", "source", "introduced_max_abs", "inherited_max_abs", "covers", "tensor",
+    # "tolerance"} or None, "path": [the next diverging ops], "aligned": artifact tensors matched with the
+    # source's, "computed": float tensors it computes, "profile": [{"order", "node", "max_abs",
+    # "introduced_max_abs", "tolerance"} per aligned tensor], "batch": which batch, "message": one line}.
+    divergence: dict[str, Any] = field(default_factory=dict)
     failures: list[Finding] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
@@ -294,6 +300,8 @@ class Report:
                              + (f" (output step {steps})" if steps else "") + ": neither kept nor changed")
         for finding in self.failures:
             lines.append(f"  [{finding.kind}] {finding.message}")
+        if self.divergence.get("message"):
+            lines.append(f"  {self.divergence['message']}")
         if any("dynamic" in f.data for f in self.failures):
             lines.extend(f"  hint: {hint['message']}" for hint in self.dynamic_hints)
         if self.rejected_artifact:

@@ -54,6 +54,12 @@ class Framework:
         """The source's GELU and ReLU sites (verifiers.gelu Site records) in graph order."""
         raise NotImplementedError
 
+    def trace(self, source: Source, feed: dict[str, np.ndarray]):
+        """What the source computes on one feed, op by op, with each op's module and source line
+        (a verifiers.localize.trace.SourceTrace), for localising a divergence; None where the
+        framework cannot tell."""
+        return None
+
     def require(self, module: str):
         """Import one of this framework's modules, or say which pip command installs it."""
         import importlib

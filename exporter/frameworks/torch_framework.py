@@ -88,6 +88,16 @@ class TorchFramework(Framework):
         args, kwargs = self.example_tensors(source, feed)
         return torch_activation_sites(source.model, args, kwargs)
 
+    def trace(self, source, feed):
+        """The program torch.export captures, run node by node (exporter.tracing.torch_trace)."""
+        from exporter.tracing.torch_trace import trace_torch
+
+        torch = self.require("torch")
+        if isinstance(source.model, torch.nn.Module):
+            source.model.eval()
+        args, kwargs = self.example_tensors(source, feed)
+        return trace_torch(source.model, args, kwargs, source.input_names)
+
     def example_tensors(self, source, feed):
         """Positional args and keyword args for torch.onnx.export."""
         torch = self.require("torch")

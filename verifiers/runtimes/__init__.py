@@ -73,6 +73,14 @@ class Runner:
         runner = cls.probe(model, variant)
         return runner.run({runner.inputs[0].name: x})[0]
 
+    @classmethod
+    def run_inspection(cls, model: bytes, feed: dict[str, np.ndarray], keep: list[str],
+                       data_folder: Path | None = None) -> dict[str, np.ndarray]:
+        """Run a model built to look inside an artifact (verifiers.localize) as written, with no
+        graph rewrite and no delegate, and return the tensors `keep` by id (an ONNX graph output's
+        name, a TFLite tensor's index); its external data, if any, lies in `data_folder`."""
+        raise NotImplementedError(f"{cls.runtime} cannot run a model to look inside it")
+
     def run(self, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
         raise NotImplementedError
 

@@ -92,6 +92,22 @@ class OnnxRuntimeRunner(Runner):
                 state.RuntimeException) as exc:
             raise ProbeFailed(str(exc).splitlines()[0]) from exc
 
+    @classmethod
+    def run_inspection(cls, model, feed, keep, data_folder=None):
+        """A session without graph optimizations (every kept tensor is computed by the nodes that
+        name it), reading the artifact's weights from `data_folder` without packing copies."""
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        options.log_severity_level = 3
+        options.add_session_config_entry(_DISABLE_PREPACKING, "1")
+        if data_folder is not None:
+            options.add_session_config_entry(_EXTERNAL_DATA_FOLDER, str(data_folder))
+        session = ort.InferenceSession(bytes(model), options, providers=["CPUExecutionProvider"])
+        results = session.run(list(keep), {i.name: feed[i.name] for i in session.get_inputs()})
+        return dict(zip(keep, results))
+
     @staticmethod
     def _check_file(path: Path) -> None:
         import onnx

@@ -119,6 +119,8 @@ class _Page:
         if report.failures:
             parts.append("<ul class='failures'>" + "".join(
                 f"<li><b>{_e(f.kind)}</b>: {_e(f.message)}</li>" for f in report.failures) + "</ul>")
+        if report.divergence.get("message"):
+            parts.append(f"<p class='divergence'><b>{_e(report.divergence['message'])}</b></p>")
         if report.outputs:
             parts.append(self._outputs(report))
         if report.dynamic:

@@ -39,6 +39,8 @@ def render(jobs: list[tuple[str, Report]]) -> str:
     for name, report in failed:
         lines += ["", f"**{_cell(name)}**", ""]
         lines += [f"- `{finding.kind}`: {_cell(finding.message)}" for finding in report.failures]
+        if report.divergence.get("message"):
+            lines.append(f"- {_cell(report.divergence['message'])}")
     return "\n".join(lines) + "\n"
 
 

@@ -1,0 +1,102 @@
+"""Localising a red run, the model layer's part: which batch failed, the source traced op by op on
+it (loaded again when the run had let it go), and the artifact layer's verifiers.localize run in the
+artifact's runtime worker. The report gets `divergence` and one line for every writer.
+
+A red numeric run is localised unless --no-localize; --localize localises a green one too.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from exporter.frameworks import load_source
+from exporter.sources import Source
+from verifiers.errors import BadInput, ExportgateError, one_line
+from verifiers.localize.layouts import max_abs, scale
+from verifiers.pipeline import BEFORE_REWRITE, artifact_feed
+from verifiers.quiet import quiet_exporter
+from verifiers.report import Finding, Report
+from verifiers.runtimes import isolation, runtime_for
+
+# An artifact's precision (verifiers.precision's mode) -> the epsilon its ops round to; integer
+# artifacts are diagnosed layer by layer against a float twin instead (exporter.integer).
+EPSILONS = {"float": float(np.finfo(np.float32).eps), "fp16": float(np.finfo(np.float16).eps)}
+SAME_OUTPUTS_RTOL = 1e-6  # a source loaded again must give the outputs it gave (relative to their scale)
+
+
+def numeric_failures(report: Report) -> list[Finding]:
+    """The numeric findings about the artifact as it is (not as it was before a --gelu rewrite)."""
+    return [f for f in report.failures if f.kind == "numeric" and f.data.get("compared") != BEFORE_REWRITE]
+
+
+def wanted(localize: bool | None, report: Report) -> bool:
+    """--localize, or by default a run whose outputs differ."""
+    return localize if localize is not None else bool(numeric_failures(report))
+
+
+def failing_batch(report: Report, feeds: list[dict], reference: list, sized: dict) -> tuple[dict, list, str]:
+    """The batch to localise on, the source's outputs there, and how the report names it: the
+    first failure's worst batch, or its size of a dynamic axis; the first batch on a green run."""
+    failures = numeric_failures(report)
+    first = failures[0] if failures else None
+    if first is not None and "dynamic" in first.data:
+        symbol, size = first.data["dynamic"]["symbol"], first.data["dynamic"]["size"]
+        if (symbol, size) in sized:
+            feed, outputs = sized[(symbol, size)]
+            return feed, outputs, f"the batch at {symbol} = {size}"
+    batch = first.data.get("batch", 0) if first is not None else 0
+    return feeds[batch], reference[batch][2], f"batch {batch}"
+
+
+def localize(run, reload) -> None:
+    """Fill run.report.divergence (`run`: the API's Checked state; `reload()`: the source loaded
+    again, for a run that released it)."""
+    report = run.report
+    mode = report.quantization.get("mode") or "float"
+    if mode not in EPSILONS:
+        report.notes.append(f"localisation: not for {mode} artifacts (their layers are compared with a float twin)")
+        return
+    feed, outputs, which = failing_batch(report, run.feeds, run.reference, run.sized)
+    source = run.source
+    if source.model is None:
+        run.progress("loading the source model again to trace it op by op")
+        source = reload()
+        if not _same_outputs(source, feed, outputs):
+            report.notes.append("localisation: the source model gives other outputs when loaded again (random weights "
+                                "without a seed?), so it cannot be traced as it ran: pass --localize to trace it once")
+            return
+    run.progress(f"tracing the source model op by op on {which}")
+    try:
+        with quiet_exporter():
+            trace = source.framework.trace(source, feed)
+    except ExportgateError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a model the tracer cannot follow: the run's verdict stands
+        report.notes.append(f"localisation: the source could not be traced op by op: {one_line(exc)}")
+        return
+    if trace is None:
+        report.notes.append(f"localisation: {source.framework.name} models cannot be traced op by op yet")
+        return
+    report.notes.extend(f"localisation: {note}" for note in trace.notes)
+    from verifiers.localize.divergence import localize as localize_artifact
+
+    runner = run.runner
+    runner_class = runtime_for(run.artifact.format.name, runner.runtime)
+    run.progress("running the artifact with every tensor kept, then with the source's values fed in")
+    found = isolation.call(localize_artifact, run.artifact.format.name, run.artifact.path, trace,
+                           artifact_feed(runner, feed), runner_class, EPSILONS[mode], runtime=runner.runtime,
+                           step="localising the divergence", runner=runner)
+    report.divergence = {**found.to_dict(), "batch": which, "message": found.message()}
+
+
+def reload_source(spec: str, input_specs, default_inputs, trust_source: bool) -> Source:
+    return load_source(spec, input_specs, default_inputs=default_inputs, trust_source=trust_source)
+
+
+def _same_outputs(source: Source, feed: dict, outputs: list[np.ndarray]) -> bool:
+    try:
+        again = source.run(feed)[2]
+    except BadInput:
+        return False
+    return len(again) == len(outputs) and all(
+        a.shape == b.shape and max_abs(a, b) <= SAME_OUTPUTS_RTOL * scale(b) for a, b in zip(again, outputs))

@@ -1,0 +1,184 @@
+"""Which artifact tensors hold which source tensors (anchors), from what the exporter recorded and
+what the artifact computed on the clean part of the graph.
+
+In order of trust:
+1. names: a tensor the exporter named after a source tensor (dynamo's FX node names, TensorFlow
+   tensor names kept by tf2onnx and the TFLite converter) holds it, in the layout its values
+   say (only the identity where the shapes are equal);
+2. module outputs: where the exporter records only module scopes (the TorchScript exporter,
+   litert-torch), the last tensor computed inside a module's scope and read outside it holds the
+   module's output;
+3. values: any other float tensor that holds a source tensor's values within MATCH_RTOL, in the
+   run of the artifact as it is (the clean part of the graph, where nothing diverged yet). An op
+   that computes (not one that only moves data) makes a new value: its output is never taken for
+   the tensor one of its inputs holds. Fine values (steps of a split op) are not anchors: they
+   serve to pin a fault inside a segment (verifiers.localize.divergence).
+
+Scopes are read in the exporter's spelling (verifiers.localize.graph.Scope) and resolved to the
+source's module paths.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from verifiers.localize.graph import ArtifactGraph, Scope
+from verifiers.localize.layouts import Layout, ValueIndex, best_layout, layouts, scale, MATCH_RTOL
+from verifiers.localize.trace import SourceTrace
+
+# Ops that only move, reshape or relabel data: their output may hold the same source tensor as their input.
+DATA_MOVES = frozenset({
+    "Reshape", "Transpose", "Identity", "Squeeze", "Unsqueeze", "Flatten", "Expand", "Dropout", "Cast",
+    "RESHAPE", "TRANSPOSE", "SQUEEZE", "EXPAND_DIMS", "BROADCAST_TO", "CAST",
+})
+
+
+@dataclass
+class Anchor:
+    tensor: str  # the artifact's tensor id
+    key: str  # the source tensor it holds
+    layout: Layout
+    how: str  # "name", "module" or "value"
+    order: int  # its producer's position in the artifact's graph
+
+
+def resolve_scope(scope: Scope | None, modules: set[str], separator: str) -> str | None:
+    """The source module path an exporter's scope names (None when it names none the source has)."""
+    if scope is None:
+        return None
+    parts = scope.parts
+    if scope.style in ("module", "tf"):
+        return _known_suffix(parts, modules, separator)
+    if scope.style == "torchscript":
+        path, previous = "", None
+        for part in parts:
+            child = part[len(previous) + 1:] if previous and part.startswith(previous + ".") else part
+            path = f"{path}.{child}" if path else child
+            previous = part
+        return _known_suffix(tuple(path.split(".")) if path else (), modules, ".")
+    if scope.style == "classes":  # litert-torch: "pkg.Class_attribute" per level below the root's class
+        path = ""
+        for part in parts[1:]:
+            path = _attribute_child(path, part, modules)
+            if path is None:
+                return None
+        return path
+    return None
+
+
+def _known_suffix(parts: tuple[str, ...], modules: set[str], separator: str) -> str:
+    """The deepest module the parts name, past any wrapper levels the source does not have (an
+    exporter's wrapper module, a model's name scope): the longest run of parts, from any level
+    down, that is a known module path; the root when none is."""
+    best, length = "", 0
+    for start in range(len(parts)):
+        for end in range(len(parts), start + length, -1):
+            path = separator.join(parts[start:end])
+            if path in modules:
+                best, length = path, end - start
+                break
+    return best
+
+
+def _attribute_child(path: str, part: str, modules: set[str]) -> str | None:
+    """The module below `path` that `Class_attribute` names: the attribute is what follows one of
+    the underscores (class and attribute names both hold them); a list's child skips the list's
+    own level (`encoder.layer.0` for `BertLayer_0` below `encoder`)."""
+    prefix = f"{path}." if path else ""
+    for index, char in enumerate(part):
+        if char != "_":
+            continue
+        attribute = part[index + 1:]
+        if f"{prefix}{attribute}" in modules:
+            return f"{prefix}{attribute}"
+        nested = [m for m in modules if m.startswith(prefix) and m.endswith("." + attribute)
+                  and m.count(".") == prefix.count(".") + 1]
+        if len(nested) == 1:
+            return nested[0]
+    return None
+
+
+def module_paths(trace: SourceTrace) -> set[str]:
+    found = {""}
+    for tensor in trace.tensors.values():
+        found.update(trace.enclosing(tensor.module))
+    return found
+
+
+def align(graph: ArtifactGraph, trace: SourceTrace, plain: dict[str, np.ndarray]) -> list[Anchor]:
+    """The anchors of the artifact's computed float tensors, in graph order (see the module docstring)."""
+    modules = module_paths(trace)
+    coarse = {t.key: t for t in trace.coarse() if t.is_float}
+    scopes = {op.index: resolve_scope(op.scope, modules, trace.separator) for op in graph.ops}
+    found: dict[str, Anchor] = {}
+    computed = [t for t in graph.computed_floats() if t in plain]
+
+    for tensor_id in computed:  # 1. names
+        tensor = graph.tensors[tensor_id]
+        for key in tensor.keys:
+            source = coarse.get(key)
+            if source is None or source.value.size != plain[tensor_id].size:
+                continue
+            candidates = layouts(source.value.shape, plain[tensor_id].shape)
+            if candidates:
+                layout, _ = best_layout(source.value, plain[tensor_id], candidates)
+                found[tensor_id] = Anchor(tensor_id, key, layout, "name", tensor.producer)
+                break
+
+    if any(scope is not None for scope in scopes.values()):  # 2. module outputs
+        for module, key in trace.module_outputs().items():
+            tensor_id = _module_output(graph, scopes, module, trace, plain, coarse[key].value.size)
+            if tensor_id is not None and tensor_id not in found:
+                source = coarse[key].value
+                best = best_layout(source, plain[tensor_id])
+                if best is not None:
+                    found[tensor_id] = Anchor(tensor_id, key, best[0], "module", graph.tensors[tensor_id].producer)
+
+    index = ValueIndex({key: t.value for key, t in coarse.items()})  # 3. values
+    for tensor_id in computed:
+        if tensor_id in found:
+            continue
+        op = graph.ops[graph.tensors[tensor_id].producer]
+        made_from = {found[t].key for t in op.inputs if t in found}
+        order_floor = max((coarse[k].order for k in made_from), default=-1)
+        moves = op.op_type in DATA_MOVES
+
+        def allowed(key, moves=moves, made_from=made_from, order_floor=order_floor):
+            if key in made_from:
+                return moves
+            return coarse[key].order > order_floor
+
+        matches = index.match(plain[tensor_id], allowed)
+        scope = scopes.get(op.index)
+        if scope is not None and matches:
+            inside = [m for m in matches if trace.inside(coarse[m[0]].module, scope)]
+            matches = inside or matches
+        if matches:
+            key, layout, _ = matches[0]
+            found[tensor_id] = Anchor(tensor_id, key, layout, "value", op.index)
+    return sorted(found.values(), key=lambda a: (a.order, graph.ops[a.order].outputs.index(a.tensor)))
+
+
+def _module_output(graph: ArtifactGraph, scopes: dict[int, str | None], module: str, trace: SourceTrace,
+                   plain: dict[str, np.ndarray], size: int) -> str | None:
+    """The last float tensor computed in `module`'s scope that an op outside the scope reads (or
+    the graph returns), when it has the module output's element count."""
+    inside = {i for i, scope in scopes.items() if scope is not None and trace.inside(scope, module)}
+    if not inside:
+        return None
+    outputs = set(graph.outputs)
+    for index in sorted(inside, reverse=True):
+        for tensor_id in graph.ops[index].outputs:
+            tensor = graph.tensors.get(tensor_id)
+            if tensor is None or tensor_id not in plain or not tensor.is_float:
+                continue
+            if tensor_id in outputs or any(r not in inside for r in tensor.readers):
+                return tensor_id if plain[tensor_id].size == size else None
+    return None
+
+
+def close(error: float, source: np.ndarray) -> bool:
+    """Whether an artifact value this far from the source's is the same tensor (MATCH_RTOL)."""
+    return error <= MATCH_RTOL * scale(source)

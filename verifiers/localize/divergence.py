@@ -1,0 +1,250 @@
+"""Where an artifact first departs from its source, and whether each op made the error or received it.
+
+Two runs of the artifact, each keeping every float tensor it computes (in chunks where memory
+needs it), in its own runtime:
+1. as it is: every anchor's error (verifiers.localize.align) is what the artifact gets there;
+2. with every anchor's readers fed the source's value instead: each segment (the ops between
+   anchors) then computes from exactly what the source had, so the error at its output is the
+   error the segment introduces itself, not one it inherited.
+
+A segment introduces an error when it exceeds a tolerance made from float32 rounding: ROUNDING_FACTOR
+times the rounding of the source ops it stands for, each measured by recomputing the op in float64
+(SourceTensor.rounding), and at least EPSILON_FACTOR epsilons of the artifact's precision times the
+tensor's scale (UNMEASURED_FACTOR where some op's rounding was not measured). The first segment in
+graph order that introduces one holds the first divergence. Inside it, the op is the first whose
+output holds none of the source's values (the fine steps of split ops included) and from which the
+error runs, through other such outputs only, to the segment's end.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from verifiers.localize.align import Anchor, align, close, module_paths, resolve_scope
+from verifiers.localize.graph import ArtifactGraph, open_graph
+from verifiers.localize.layouts import ValueIndex, max_abs, scale
+from verifiers.localize.trace import SourceTrace
+
+PATH_LENGTH = 5  # steps listed after the first divergence
+ROUNDING_FACTOR = 16
+EPSILON_FACTOR = 64
+UNMEASURED_FACTOR = 1024
+
+
+@dataclass(frozen=True)
+class First:
+    node: str
+    op_type: str
+    module: str
+    source: str | None  # "file.py:LINE"
+    introduced_max_abs: float  # the segment's error at its end, computed from the source's values
+    inherited_max_abs: float  # the largest error of what the segment reads, in the artifact as it is
+    covers: tuple[str, ...]  # the source ops the op (or its segment) stands for
+    tensor: str  # the anchor ending the segment
+    tolerance: float
+
+
+@dataclass(frozen=True)
+class Step:
+    node: str
+    op_type: str
+    module: str
+    source: str | None
+    max_abs: float | None  # the artifact's error at this op's output (None: the source has no such tensor)
+    introduced_max_abs: float | None
+    inherited_max_abs: float | None
+
+
+@dataclass(frozen=True)
+class Point:
+    """One anchor of the error profile along the graph (the HTML report plots them)."""
+
+    order: int
+    node: str
+    max_abs: float
+    introduced_max_abs: float
+    tolerance: float
+
+
+@dataclass(frozen=True)
+class Divergence:
+    first: First | None
+    path: tuple[Step, ...]
+    aligned: int
+    profile: tuple[Point, ...] = ()
+    computed: int = 0  # float tensors the artifact computes
+
+    def to_dict(self) -> dict:
+        return {"first": asdict(self.first) if self.first else None, "path": [asdict(s) for s in self.path],
+                "aligned": self.aligned, "computed": self.computed,
+                "profile": [asdict(p) for p in self.profile]}
+
+    def message(self) -> str:
+        first = self.first
+        if first is not None:
+            where = f" ({first.source})" if first.source else ""
+            return (f"first divergence: {first.op_type} {first.node} in {first.module or '<root>'}{where}: "
+                    f"introduces max abs err {first.introduced_max_abs:.3g}")
+        over = [p for p in self.profile if p.max_abs > p.tolerance]
+        if over:
+            worst = max(over, key=lambda p: p.max_abs)
+            return (f"no op introduces more than float32 rounding: the difference accumulates over {len(over)} "
+                    f"aligned tensor(s), up to max abs err {worst.max_abs:.3g} at {worst.node}")
+        return f"no divergence: {self.aligned} aligned tensor(s) agree with the source"
+
+
+def localize(fmt: str, path: Path, trace: SourceTrace, feed: dict[str, np.ndarray], runner_class,
+             epsilon: float = float(np.finfo(np.float32).eps)) -> Divergence:
+    """The divergence of the artifact at `path` from its source on one batch (`feed`, under the
+    artifact's input names; `trace`, what the source computed on it). Runs where it is called:
+    the API calls it in the artifact's runtime worker."""
+    graph = open_graph(fmt, path)
+    floats = graph.computed_floats()
+    plain = graph.run(feed, floats, {}, runner_class)
+    anchors = align(graph, trace, plain)
+    replace = {a.tensor: a.layout.to_artifact(trace[a.key].value).astype(plain[a.tensor].dtype) for a in anchors}
+    forced = graph.run(feed, floats, replace, runner_class)
+    return _Judge(graph, trace, anchors, plain, forced, epsilon).divergence(len(floats))
+
+
+class _Judge:
+    def __init__(self, graph: ArtifactGraph, trace: SourceTrace, anchors: list[Anchor], plain: dict, forced: dict,
+                 epsilon: float):
+        self.graph, self.trace, self.anchors = graph, trace, anchors
+        self.plain, self.forced, self.epsilon = plain, forced, epsilon
+        self.by_tensor = {a.tensor: a for a in anchors}
+        self.modules = module_paths(trace)
+        self.expected = {a.tensor: a.layout.to_artifact(trace[a.key].value) for a in anchors}
+
+    def divergence(self, computed: int) -> Divergence:
+        points, first_anchor = [], None
+        for anchor in self.anchors:
+            expected = self.expected[anchor.tensor]
+            plain_error = max_abs(self.plain[anchor.tensor], expected)
+            introduced = max_abs(self.forced[anchor.tensor], expected)
+            tolerance = self._tolerance(anchor)
+            points.append(Point(anchor.order, self.graph.ops[anchor.order].name, plain_error, introduced, tolerance))
+            if first_anchor is None and introduced > tolerance:
+                first_anchor = (anchor, introduced, tolerance)
+        if first_anchor is None:
+            return Divergence(None, (), len(self.anchors), tuple(points), computed)
+        anchor, introduced, tolerance = first_anchor
+        chain = self._chain(anchor)
+        culprit = self.graph.ops[chain[0]]
+        module, location = self._where(culprit, anchor)
+        first = First(culprit.name, culprit.op_type, module, location, introduced, self._inherited(anchor),
+                      self._covers(culprit, anchor), anchor.tensor, tolerance)
+        return Divergence(first, self._path(anchor, chain, points), len(self.anchors), tuple(points), computed)
+
+    # ---- segments ------------------------------------------------------------------------------
+
+    def _segment(self, anchor: Anchor) -> list[int]:
+        """The ops computing the anchor from other anchors, constants and graph inputs, in order."""
+        graph, found, todo = self.graph, set(), [anchor.tensor]
+        while todo:
+            tensor = graph.tensors.get(todo.pop())
+            if tensor is None or tensor.producer is None or tensor.constant or tensor.producer in found:
+                continue
+            found.add(tensor.producer)
+            todo.extend(t for t in graph.ops[tensor.producer].inputs if t and t not in self.by_tensor)
+        return sorted(found)
+
+    def _boundary(self, anchor: Anchor) -> list[Anchor]:
+        return [self.by_tensor[t] for i in self._segment(anchor) for t in self.graph.ops[i].inputs
+                if t in self.by_tensor and t != anchor.tensor]
+
+    def _covered(self, anchor: Anchor) -> list[str]:
+        """The source ops the segment stands for: what the anchor's source tensor is computed from,
+        back to the source tensors the segment reads."""
+        stop = {b.key for b in self._boundary(anchor)}
+        return self.trace.ancestors(anchor.key, stop)
+
+    def _tolerance(self, anchor: Anchor) -> float:
+        source = self.trace[anchor.key]
+        floats = [self.trace[k] for k in self._covered(anchor) if self.trace[k].is_float]
+        measured = [t.rounding for t in floats if t.rounding is not None]
+        size = scale(source.value)
+        if floats and len(measured) == len(floats):
+            return max(ROUNDING_FACTOR * sum(measured), EPSILON_FACTOR * self.epsilon * size)
+        return UNMEASURED_FACTOR * self.epsilon * size
+
+    def _inherited(self, anchor: Anchor) -> float:
+        errors = [max_abs(self.plain[b.tensor], self.expected[b.tensor]) for b in self._boundary(anchor)]
+        return max(errors, default=0.0)
+
+    def _chain(self, anchor: Anchor) -> list[int]:
+        """The ops of the segment the error runs through, from the first that made it to the
+        anchor's producer (see the module docstring)."""
+        graph, segment = self.graph, self._segment(anchor)
+        index = ValueIndex({t.key: t.value for t in self.trace.tensors.values() if t.is_float})
+        dirty: dict[str, bool] = {}
+
+        def is_dirty(tensor_id: str) -> bool:
+            if tensor_id not in dirty:
+                value = self.forced.get(tensor_id)
+                dirty[tensor_id] = value is not None and not index.match(value)
+            return dirty[tensor_id]
+
+        reached = {graph.tensors[anchor.tensor].producer}
+        todo = [graph.tensors[anchor.tensor].producer]
+        members = set(segment)
+        while todo:
+            op = graph.ops[todo.pop()]
+            for tensor_id in op.inputs:
+                tensor = graph.tensors.get(tensor_id)
+                if (tensor is None or tensor.producer is None or tensor.producer not in members
+                        or tensor.producer in reached or not tensor.is_float or not is_dirty(tensor_id)):
+                    continue
+                reached.add(tensor.producer)
+                todo.append(tensor.producer)
+        return sorted(reached)
+
+    # ---- what the report says ------------------------------------------------------------------
+
+    def _where(self, op, anchor: Anchor) -> tuple[str, str | None]:
+        """The source module and line of an op of the artifact."""
+        trace = self.trace
+        for key in op.keys:
+            if key in trace:
+                return trace[key].module, trace[key].location
+        if anchor.tensor in op.outputs:
+            return trace[anchor.key].module, trace[anchor.key].location
+        module = resolve_scope(op.scope, self.modules, trace.separator)
+        if module is not None:
+            inside = [trace[k] for k in self._covered(anchor) if trace[k].module == module]
+            if inside:
+                return module, inside[-1].location
+            return module, trace[anchor.key].location
+        return trace[anchor.key].module, trace[anchor.key].location
+
+    def _covers(self, op, anchor: Anchor) -> tuple[str, ...]:
+        own = [key for key in op.keys if key in self.trace]
+        return tuple(own or self._covered(anchor))
+
+    def _path(self, anchor: Anchor, chain: list[int], points: list) -> tuple[Step, ...]:
+        steps = []
+        for index in chain[1:]:
+            op = self.graph.ops[index]
+            module, location = self._where(op, anchor)
+            ends = anchor.tensor in op.outputs
+            steps.append(Step(op.name, op.op_type, module, location,
+                              max_abs(self.plain[anchor.tensor], self.expected[anchor.tensor]) if ends else None,
+                              max_abs(self.forced[anchor.tensor], self.expected[anchor.tensor]) if ends else None,
+                              self._inherited(anchor) if ends else None))
+        later = [(a, p) for a, p in zip(self.anchors, points) if a.order > anchor.order and p.max_abs > p.tolerance]
+        seen = set(chain)
+        for other, point in later:
+            if len(steps) >= PATH_LENGTH:
+                break
+            if other.order in seen:
+                continue
+            seen.add(other.order)
+            op = self.graph.ops[other.order]
+            source = self.trace[other.key]
+            steps.append(Step(op.name, op.op_type, source.module, source.location, point.max_abs,
+                              point.introduced_max_abs, self._inherited(other)))
+        return tuple(steps[:PATH_LENGTH])

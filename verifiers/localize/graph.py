@@ -1,0 +1,89 @@
+"""An artifact's graph as localisation sees it, whatever its format: ops in topological order, the
+tensors between them, what the exporter recorded of the source (names, module scopes, source
+lines), and two ways to run it in its runtime: with every tensor kept, and with chosen tensors
+replaced by given values (the source's) for the ops that read them.
+
+A format is one class in GRAPHS, found by format name (verifiers.localize.onnx_graph,
+verifiers.localize.tflite_graph); what it builds runs through its runtime's
+`Runner.run_inspection` (verifiers.runtimes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from verifiers.registry import LazyRegistry
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Where an exporter says an op comes from, in the exporter's own spelling: `parts` of a
+    module path (PyTorch) or of a TensorFlow name scope (Keras), and how they are spelt:
+    "module" (module paths, as the source traces them), "torchscript" (`layer.0` for a list's
+    child), "classes" (`Class_attribute` parts, litert-torch) or "tf" (TensorFlow op names)."""
+
+    parts: tuple[str, ...]
+    style: str
+
+
+@dataclass
+class TensorView:
+    id: str  # the artifact's handle: an ONNX value name, a TFLite tensor index
+    name: str  # as the artifact names it
+    shape: tuple[int, ...] | None
+    dtype: str | None  # numpy dtype name
+    constant: bool = False
+    producer: int | None = None  # index of the op that computes it
+    readers: list[int] = field(default_factory=list)
+    # source tensors the exporter says this is (dynamo's FX node names, TensorFlow tensor names)
+    keys: tuple[str, ...] = ()
+
+    @property
+    def is_float(self) -> bool:
+        return self.dtype is not None and np.dtype(self.dtype).kind == "f"
+
+
+@dataclass
+class OpView:
+    index: int  # topological position
+    name: str
+    op_type: str
+    inputs: tuple[str, ...]  # tensor ids ("" for an input left out)
+    outputs: tuple[str, ...]
+    scope: Scope | None = None
+    keys: tuple[str, ...] = ()  # the source ops the exporter made it from
+    location: str | None = None  # "file.py:LINE" when the artifact records it
+
+
+class ArtifactGraph:
+    """One format's view of an artifact (see the module docstring)."""
+
+    format: str
+    ops: list[OpView]
+    tensors: dict[str, TensorView]
+    inputs: dict[str, str]  # the feed's name of each graph input -> its tensor id
+    outputs: list[str]  # tensor ids of the graph's outputs
+
+    def computed_floats(self) -> list[str]:
+        """Float tensors some op computes from the inputs (constants left out), in topological order."""
+        return [t for op in self.ops for t in op.outputs
+                if t in self.tensors and self.tensors[t].is_float and not self.tensors[t].constant]
+
+    def run(self, feed: dict[str, np.ndarray], keep: list[str], replace: dict[str, np.ndarray],
+            runner_class) -> dict[str, np.ndarray]:
+        """The tensors `keep` after one run on `feed`, with every op that reads a tensor of
+        `replace` reading the value given there instead (the tensor itself is still computed)."""
+        raise NotImplementedError
+
+
+GRAPHS: LazyRegistry[type[ArtifactGraph]] = LazyRegistry("localisation graph", {
+    "onnx": "verifiers.localize.onnx_graph:OnnxGraph",
+    "tflite": "verifiers.localize.tflite_graph:TfliteGraph",
+})
+
+
+def open_graph(fmt: str, path: Path) -> ArtifactGraph:
+    return GRAPHS[fmt](path)
