@@ -83,9 +83,12 @@ def localize(run, reload) -> None:
     runner = run.runner
     runner_class = runtime_for(run.artifact.format.name, runner.runtime)
     run.progress("running the artifact with every tensor kept, then with the source's values fed in")
+    comparison = run.comparison
+    output_keys = {comparison.artifact_names[art]: trace.outputs[ref] for ref, art in comparison.pairs
+                   if ref < len(trace.outputs)}
     found = isolation.call(localize_artifact, run.artifact.format.name, run.artifact.path, trace,
-                           artifact_feed(runner, feed), runner_class, EPSILONS[mode], runtime=runner.runtime,
-                           step="localising the divergence", runner=runner)
+                           artifact_feed(runner, feed), runner_class, EPSILONS[mode], output_keys,
+                           runtime=runner.runtime, step="localising the divergence", runner=runner)
     report.divergence = {**found.to_dict(), "batch": which, "message": found.message()}
 
 

@@ -45,6 +45,23 @@ def user_scope(name: str) -> str:
     return ";".join(parts)
 
 
+def unique_labels(names: list[str]) -> list[str]:
+    """Unique labels: a name's first ";"-part (the TF converter joins the names of fused ops with
+    ";"), else the whole name, else "#{index}" (wrapper scopes taken out, see user_scope)."""
+    names = [user_scope(name) for name in names]
+    short = [name.split(";", 1)[0] for name in names]
+    short_counts, full_counts = Counter(short), Counter(names)
+    return [s if s and short_counts[s] == 1 else name if name and full_counts[name] == 1 else f"#{i}"
+            for i, (s, name) in enumerate(zip(short, names))]
+
+
+def tflite_op_labels(model: TFLiteModel, subgraph: int = 0) -> list[str]:
+    """A unique label per op of a subgraph: its first output's name (see unique_labels)."""
+    graph = model.subgraphs[subgraph]
+    return unique_labels([graph.tensors[op.outputs[0]].name if op.outputs and op.outputs[0] >= 0 else ""
+                          for op in graph.operators])
+
+
 def schema():
     """ai_edge_litert's flatc-generated schema module (tflite namespace)."""
     from ai_edge_litert import schema_py_generated

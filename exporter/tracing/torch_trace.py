@@ -40,6 +40,7 @@ def trace_torch(model: Any, args: tuple, kwargs: dict | None, input_names: list[
         program = _decomposed_as_onnx_does(program, trace)
         flat = program._graph_module_flat_inputs(args, kwargs or {})
         _Recorder(program.graph_module, trace, program, input_names).run(*flat)
+    trace.outputs = [name if name in trace else None for name in program.graph_signature.user_outputs]
     return trace
 
 
@@ -208,10 +209,12 @@ def _layer_norm(x, shape, weight=None, bias=None, eps=1e-5, *rest):
     mean = x.mean(dims, keepdim=True)
     centered = x - mean
     variance = (centered * centered).mean(dims, keepdim=True)
+    rstd = torch.rsqrt(variance + eps)
     steps = [("mean", mean), ("centered", centered), ("squared", centered * centered), ("variance", variance),
-             ("variance_eps", variance + eps), ("std", torch.sqrt(variance + eps)),
-             ("rstd", torch.rsqrt(variance + eps))]
-    normalized = centered * torch.rsqrt(variance + eps)
+             ("variance_eps", variance + eps), ("std", torch.sqrt(variance + eps)), ("rstd", rstd),
+             # x * rstd - mean * rstd, as the TFLite converter writes it
+             ("x_rstd", x * rstd), ("mean_rstd", mean * rstd), ("neg_mean_rstd", -(mean * rstd))]
+    normalized = centered * rstd
     steps.append(("normalized", normalized))
     if weight is not None:
         steps.append(("scaled", normalized * weight))
@@ -238,8 +241,9 @@ def _attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False
     root = math.sqrt(scale)
     key_t = key.transpose(-2, -1)
     scores = torch.matmul(query, key_t) * scale
-    steps = [("query_scaled", query * root), ("key_scaled", key * root), ("query_scale", query * scale),
-             ("key_t", key_t), ("scores_raw", torch.matmul(query, key_t)), ("scores", scores)]
+    steps = [("query_scaled", query * root), ("key_scaled", key * root), ("key_scaled_t", key_t * root),
+             ("query_scale", query * scale), ("key_t", key_t), ("scores_raw", torch.matmul(query, key_t)),
+             ("scores", scores)]
     bias = None
     if is_causal:
         size = (query.shape[-2], key.shape[-2])

@@ -23,12 +23,11 @@ Site.nodes lists every TFLite op of a site (the erf unit's ops included).
 from __future__ import annotations
 
 import math
-from collections import Counter
 from dataclasses import dataclass, replace
 
 import numpy as np
 
-from verifiers.tflite_model import TFLiteModel, as_model, user_scope
+from verifiers.tflite_model import TFLiteModel, as_model, tflite_op_labels, unique_labels
 
 from . import chains
 from .catalogue import RELU, SILU, TFLITE, Site, claimed_by
@@ -46,16 +45,6 @@ _FUSED_AS_NEUTRAL = {"RELU": ("Relu", {}), "RELU_N1_TO_1": ("Clip", {"min": -1.0
 # ActivationFunctionType: NONE 0, RELU 1, RELU_N1_TO_1 2, RELU6 3, TANH 4, SIGN_BIT 5.
 _ACTIVATIONS = {0: None, 1: "RELU", 2: "RELU_N1_TO_1", 3: "RELU6", 4: "TANH", 5: "SIGN_BIT"}
 FUSED_RELU = 1
-
-
-def _labels(names: list[str]) -> list[str]:
-    """Unique labels: a name's first ";"-part (the TF converter joins the names of fused ops with
-    ";"), else the whole name, else "#{index}"."""
-    names = [user_scope(name) for name in names]
-    short = [name.split(";", 1)[0] for name in names]
-    short_counts, full_counts = Counter(short), Counter(names)
-    return [s if s and short_counts[s] == 1 else name if name and full_counts[name] == 1 else f"#{i}"
-            for i, (s, name) in enumerate(zip(short, names))]
 
 
 @dataclass
@@ -87,9 +76,8 @@ def read_graph(model: TFLiteModel | str) -> TFLiteGraph:
     model = as_model(model)
     sg = model.subgraphs[SUBGRAPH]
     names = [model.opcode(op).name for op in sg.operators]
-    op_labels = _labels([sg.tensors[op.outputs[0]].name if op.outputs and op.outputs[0] >= 0 else ""
-                         for op in sg.operators])
-    tensor_ids = _labels([t.name for t in sg.tensors])
+    op_labels = tflite_op_labels(model, SUBGRAPH)
+    tensor_ids = unique_labels([t.name for t in sg.tensors])
     options = [model.options(SUBGRAPH, op.index) if op.options_type else None for op in sg.operators]
     constants: dict[int, np.ndarray] = {}
     for t, tensor in enumerate(sg.tensors):

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from verifiers.localize.graph import ArtifactGraph, Scope
-from verifiers.localize.layouts import Layout, ValueIndex, best_layout, layouts, scale, MATCH_RTOL
+from verifiers.localize.layouts import Layout, ValueIndex, best_layout, layouts, max_abs, scale, MATCH_RTOL
 from verifiers.localize.trace import SourceTrace
 
 # Ops that only move, reshape or relabel data: their output may hold the same source tensor as their input.
@@ -35,6 +35,15 @@ DATA_MOVES = frozenset({
 })
 
 
+# What computes activations, in the source's traces: an op with an activation fused in holds one of these.
+ACTIVATIONS = frozenset({
+    "aten.relu", "aten.relu6", "aten.hardtanh", "aten.clamp", "aten.clamp_min", "aten.clamp_max", "aten.tanh",
+    "aten.sigmoid", "aten.leaky_relu", "aten.elu", "aten.hardswish", "aten.silu", "aten.gelu",
+    "Relu", "Relu6", "Tanh", "Sigmoid", "Elu", "LeakyRelu", "Selu", "Softplus", "Minimum", "Maximum",
+})
+RETURN_HOPS = 4  # how soon after a fine value the computation must return to the source's values
+
+
 @dataclass
 class Anchor:
     tensor: str  # the artifact's tensor id
@@ -42,6 +51,9 @@ class Anchor:
     layout: Layout
     how: str  # "name", "module" or "value"
     order: int  # its producer's position in the artifact's graph
+    # a module output that holds a step of the op instead (key, layout): the op's last step may have
+    # been folded forward into what reads it (verifiers.localize.divergence decides)
+    alternative: tuple[str, Layout] | None = None
 
 
 def resolve_scope(scope: Scope | None, modules: set[str], separator: str) -> str | None:
@@ -107,17 +119,22 @@ def module_paths(trace: SourceTrace) -> set[str]:
     return found
 
 
-def align(graph: ArtifactGraph, trace: SourceTrace, plain: dict[str, np.ndarray]) -> list[Anchor]:
-    """The anchors of the artifact's computed float tensors, in graph order (see the module docstring)."""
+def align(graph: ArtifactGraph, trace: SourceTrace, plain: dict[str, np.ndarray],
+          output_keys: dict[str, str] | None = None) -> list[Anchor]:
+    """The anchors of the artifact's computed float tensors, in graph order (see the module
+    docstring); `output_keys` pairs the artifact's outputs (by name) with the source's, as the
+    comparison paired them."""
     modules = module_paths(trace)
     coarse = {t.key: t for t in trace.coarse() if t.is_float}
     scopes = {op.index: resolve_scope(op.scope, modules, trace.separator) for op in graph.ops}
     found: dict[str, Anchor] = {}
     computed = [t for t in graph.computed_floats() if t in plain]
+    named = {graph.output_names[name]: (key,) for name, key in (output_keys or {}).items()
+             if name in graph.output_names and key is not None}
 
     for tensor_id in computed:  # 1. names
         tensor = graph.tensors[tensor_id]
-        for key in tensor.keys:
+        for key in (*named.get(tensor_id, ()), *tensor.keys):
             source = coarse.get(key)
             if source is None or source.value.size != plain[tensor_id].size:
                 continue
@@ -127,16 +144,35 @@ def align(graph: ArtifactGraph, trace: SourceTrace, plain: dict[str, np.ndarray]
                 found[tensor_id] = Anchor(tensor_id, key, layout, "name", tensor.producer)
                 break
 
-    if any(scope is not None for scope in scopes.values()):  # 2. module outputs
+    index = ValueIndex({key: t.value for key, t in coarse.items()})  # 2. values
+    _by_value(graph, trace, plain, computed, found, index, scopes, coarse)
+    dialect = dialect_of(found.values(), trace, plain)
+    if dialect:  # again, now that the artifact's layouts are known; and names held in them
+        _by_value(graph, trace, plain, computed, found, ValueIndex(index.values, dialect), scopes, coarse)
+        for anchor in found.values():
+            source = coarse[anchor.key].value
+            if anchor.layout.identity and source.shape == plain[anchor.tensor].shape and \
+                    max_abs(plain[anchor.tensor], source) > MATCH_RTOL * scale(source):
+                best = best_layout(source, plain[anchor.tensor], dialect=dialect)
+                if best[1] <= MATCH_RTOL * scale(source):
+                    anchor.layout = best[0]
+
+    steps = _by_fine_value(graph, trace, plain, computed, found, dialect)
+
+    if any(scope is not None for scope in scopes.values()):  # 3. module outputs
         for module, key in trace.module_outputs().items():
             tensor_id = _module_output(graph, scopes, module, trace, plain, coarse[key].value.size)
             if tensor_id is not None and tensor_id not in found:
-                source = coarse[key].value
-                best = best_layout(source, plain[tensor_id])
+                best = best_layout(coarse[key].value, plain[tensor_id], dialect=dialect)
                 if best is not None:
-                    found[tensor_id] = Anchor(tensor_id, key, best[0], "module", graph.tensors[tensor_id].producer)
+                    found[tensor_id] = Anchor(tensor_id, key, best[0], "module", graph.tensors[tensor_id].producer,
+                                              steps.get(tensor_id))
+    return sorted(found.values(), key=lambda a: (a.order, graph.ops[a.order].outputs.index(a.tensor)))
 
-    index = ValueIndex({key: t.value for key, t in coarse.items()})  # 3. values
+
+def _by_value(graph: ArtifactGraph, trace: SourceTrace, plain: dict[str, np.ndarray], computed: list[str],
+              found: dict[str, Anchor], index: ValueIndex, scopes: dict[int, str | None], coarse: dict) -> None:
+    """Anchor each tensor not anchored yet to the source tensor it holds by value, in graph order."""
     for tensor_id in computed:
         if tensor_id in found:
             continue
@@ -145,10 +181,10 @@ def align(graph: ArtifactGraph, trace: SourceTrace, plain: dict[str, np.ndarray]
         order_floor = max((coarse[k].order for k in made_from), default=-1)
         moves = op.op_type in DATA_MOVES
 
-        def allowed(key, moves=moves, made_from=made_from, order_floor=order_floor):
+        def allowed(key, moves=moves, made_from=made_from, order_floor=order_floor, fused=op.activation):
             if key in made_from:
                 return moves
-            return coarse[key].order > order_floor
+            return coarse[key].order > order_floor and (fused is None or coarse[key].op in ACTIVATIONS)
 
         matches = index.match(plain[tensor_id], allowed)
         scope = scopes.get(op.index)
@@ -158,7 +194,48 @@ def align(graph: ArtifactGraph, trace: SourceTrace, plain: dict[str, np.ndarray]
         if matches:
             key, layout, _ = matches[0]
             found[tensor_id] = Anchor(tensor_id, key, layout, "value", op.index)
-    return sorted(found.values(), key=lambda a: (a.order, graph.ops[a.order].outputs.index(a.tensor)))
+
+
+def _by_fine_value(graph: ArtifactGraph, trace: SourceTrace, plain: dict[str, np.ndarray], computed: list[str],
+                   found: dict[str, Anchor], dialect: frozenset) -> dict[str, tuple[str, Layout]]:
+    """Anchor a tensor that holds a fine value (a step of a split op) when the computation returns
+    to the source's values right after it (an exporter folded the op's last step forward: a
+    LayerNorm's scale into the linear layer reading it); a step the artifact stops at, as a fault
+    that drops a bias would, is left unanchored: returned, tensor -> (step, layout)."""
+    index = ValueIndex({t.key: t.value for t in trace.tensors.values() if t.parent is not None and t.is_float},
+                       dialect)
+    left = {}
+    for tensor_id in computed:
+        if tensor_id in found:
+            continue
+        matches = index.match(plain[tensor_id])
+        if not matches:
+            continue
+        key, layout, _ = matches[0]
+        if _returns(graph, tensor_id, found):
+            found[tensor_id] = Anchor(tensor_id, key, layout, "value", graph.tensors[tensor_id].producer)
+        else:
+            left[tensor_id] = (key, layout)
+    return left
+
+
+def _returns(graph: ArtifactGraph, tensor_id: str, found: dict[str, Anchor], hops: int = RETURN_HOPS) -> bool:
+    """Whether an op at most `hops` ops after the tensor computes a tensor anchored by value."""
+    frontier = {tensor_id}
+    for _ in range(hops):
+        frontier = {out for t in frontier for reader in graph.tensors[t].readers for out in graph.ops[reader].outputs
+                    if out in graph.tensors}
+        if any(t in found and found[t].how == "value" for t in frontier):
+            return True
+    return False
+
+
+def dialect_of(anchors, trace: SourceTrace, plain: dict[str, np.ndarray]) -> frozenset[tuple[int, ...]]:
+    """The permutations the artifact holds source tensors in, seen where they are unambiguous (the
+    shapes differ, so no equal-shape identity could have been meant)."""
+    return frozenset(a.layout.perm for a in anchors if not a.layout.identity
+                     and trace[a.key].value.shape != plain[a.tensor].shape
+                     and len(trace[a.key].value.shape) == len(plain[a.tensor].shape))
 
 
 def _module_output(graph: ArtifactGraph, scopes: dict[int, str | None], module: str, trace: SourceTrace,
@@ -177,8 +254,3 @@ def _module_output(graph: ArtifactGraph, scopes: dict[int, str | None], module: 
             if tensor_id in outputs or any(r not in inside for r in tensor.readers):
                 return tensor_id if plain[tensor_id].size == size else None
     return None
-
-
-def close(error: float, source: np.ndarray) -> bool:
-    """Whether an artifact value this far from the source's is the same tensor (MATCH_RTOL)."""
-    return error <= MATCH_RTOL * scale(source)

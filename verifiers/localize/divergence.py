@@ -19,17 +19,20 @@ error runs, through other such outputs only, to the segment's end.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
-from verifiers.localize.align import Anchor, align, close, module_paths, resolve_scope
+from verifiers.localize.align import ACTIVATIONS, Anchor, align, dialect_of, module_paths, resolve_scope
 from verifiers.localize.graph import ArtifactGraph, open_graph
 from verifiers.localize.layouts import ValueIndex, max_abs, scale
 from verifiers.localize.trace import SourceTrace
 
 PATH_LENGTH = 5  # steps listed after the first divergence
+# Ops whose output holds their input's values in another shape: never where an error starts.
+VALUE_PRESERVING = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "RESHAPE", "SQUEEZE",
+                              "EXPAND_DIMS"})
 ROUNDING_FACTOR = 16
 EPSILON_FACTOR = 64
 UNMEASURED_FACTOR = 1024
@@ -38,6 +41,7 @@ UNMEASURED_FACTOR = 1024
 @dataclass(frozen=True)
 class First:
     node: str
+    index: int  # the op's position in the artifact's graph
     op_type: str
     module: str
     source: str | None  # "file.py:LINE"
@@ -51,6 +55,7 @@ class First:
 @dataclass(frozen=True)
 class Step:
     node: str
+    index: int
     op_type: str
     module: str
     source: str | None
@@ -98,17 +103,29 @@ class Divergence:
 
 
 def localize(fmt: str, path: Path, trace: SourceTrace, feed: dict[str, np.ndarray], runner_class,
-             epsilon: float = float(np.finfo(np.float32).eps)) -> Divergence:
+             epsilon: float = float(np.finfo(np.float32).eps), output_keys: dict[str, str] | None = None
+             ) -> Divergence:
     """The divergence of the artifact at `path` from its source on one batch (`feed`, under the
-    artifact's input names; `trace`, what the source computed on it). Runs where it is called:
-    the API calls it in the artifact's runtime worker."""
+    artifact's input names; `trace`, what the source computed on it; `output_keys`, the source
+    tensor each artifact output was compared with). Runs where it is called: the API calls it in
+    the artifact's runtime worker."""
     graph = open_graph(fmt, path)
     floats = graph.computed_floats()
     plain = graph.run(feed, floats, {}, runner_class)
-    anchors = align(graph, trace, plain)
+    anchors = align(graph, trace, plain, output_keys)
+    judge = _Judge(graph, trace, anchors, plain, _forced(graph, trace, anchors, plain, feed, floats, runner_class),
+                   epsilon)
+    refolded = judge.refolded()
+    if refolded:
+        judge = _Judge(graph, trace, refolded, plain,
+                       _forced(graph, trace, refolded, plain, feed, floats, runner_class), epsilon)
+    return judge.divergence(len(floats))
+
+
+def _forced(graph, trace, anchors, plain, feed, floats, runner_class) -> dict[str, np.ndarray]:
+    """The run with every anchor's readers fed the source's value."""
     replace = {a.tensor: a.layout.to_artifact(trace[a.key].value).astype(plain[a.tensor].dtype) for a in anchors}
-    forced = graph.run(feed, floats, replace, runner_class)
-    return _Judge(graph, trace, anchors, plain, forced, epsilon).divergence(len(floats))
+    return graph.run(feed, floats, replace, runner_class)
 
 
 class _Judge:
@@ -119,6 +136,25 @@ class _Judge:
         self.by_tensor = {a.tensor: a for a in anchors}
         self.modules = module_paths(trace)
         self.expected = {a.tensor: a.layout.to_artifact(trace[a.key].value) for a in anchors}
+        self.dialect = dialect_of(anchors, trace, plain)
+
+    def refolded(self) -> list[Anchor] | None:
+        """The anchors again with the first diverging one taken for the step it holds, when it has
+        that alternative and a segment reading it diverges too: the op's last step was folded into
+        its readers, and the module output the anchor stood for is not in the artifact. None when
+        nothing is to change."""
+        diverging = [a for a in self.anchors if self._introduced(a) > self._tolerance(a)]
+        if not diverging or diverging[0].alternative is None:
+            return None
+        first = diverging[0]
+        if not any(first in self._boundary(a) for a in diverging[1:]):
+            return None
+        key, layout = first.alternative
+        return [replace(a, key=key, layout=layout, how="value", alternative=None) if a is first else a
+                for a in self.anchors]
+
+    def _introduced(self, anchor: Anchor) -> float:
+        return max_abs(self.forced[anchor.tensor], self.expected[anchor.tensor])
 
     def divergence(self, computed: int) -> Divergence:
         points, first_anchor = [], None
@@ -136,7 +172,7 @@ class _Judge:
         chain = self._chain(anchor)
         culprit = self.graph.ops[chain[0]]
         module, location = self._where(culprit, anchor)
-        first = First(culprit.name, culprit.op_type, module, location, introduced, self._inherited(anchor),
+        first = First(culprit.name, culprit.index, culprit.op_type, module, location, introduced, self._inherited(anchor),
                       self._covers(culprit, anchor), anchor.tensor, tolerance)
         return Divergence(first, self._path(anchor, chain, points), len(self.anchors), tuple(points), computed)
 
@@ -180,13 +216,15 @@ class _Judge:
         """The ops of the segment the error runs through, from the first that made it to the
         anchor's producer (see the module docstring)."""
         graph, segment = self.graph, self._segment(anchor)
-        index = ValueIndex({t.key: t.value for t in self.trace.tensors.values() if t.is_float})
+        index = ValueIndex(self._local_values(anchor), self.dialect)
         dirty: dict[str, bool] = {}
 
         def is_dirty(tensor_id: str) -> bool:
             if tensor_id not in dirty:
                 value = self.forced.get(tensor_id)
-                dirty[tensor_id] = value is not None and not index.match(value)
+                fused = graph.ops[graph.tensors[tensor_id].producer].activation
+                allowed = None if fused is None else (lambda key: self.trace[key].op in ACTIVATIONS)
+                dirty[tensor_id] = value is not None and not index.match(value, allowed)
             return dirty[tensor_id]
 
         reached = {graph.tensors[anchor.tensor].producer}
@@ -201,7 +239,23 @@ class _Judge:
                     continue
                 reached.add(tensor.producer)
                 todo.append(tensor.producer)
-        return sorted(reached)
+        chain = sorted(reached)
+        while graph.ops[chain[0]].op_type in VALUE_PRESERVING:  # it gives out what it takes in: the error came in
+            source = graph.tensors.get(graph.ops[chain[0]].inputs[0])
+            if source is None or source.producer is None or source.producer not in members or source.constant:
+                break
+            chain.insert(0, source.producer)
+        return chain
+
+    def _local_values(self, anchor: Anchor) -> dict[str, np.ndarray]:
+        """The source's values a step of the segment may hold: what the segment reads, what its
+        source ops compute, and their fine steps."""
+        trace = self.trace
+        covered = self._covered(anchor)
+        keys = {b.key for b in self._boundary(anchor)} | set(covered)
+        keys |= {k for key in covered for k in trace[key].inputs}
+        keys |= {t.key for key in covered for t in trace.fine(key)}
+        return {k: trace[k].value for k in keys if k in trace and trace[k].is_float}
 
     # ---- what the report says ------------------------------------------------------------------
 
@@ -231,7 +285,7 @@ class _Judge:
             op = self.graph.ops[index]
             module, location = self._where(op, anchor)
             ends = anchor.tensor in op.outputs
-            steps.append(Step(op.name, op.op_type, module, location,
+            steps.append(Step(op.name, op.index, op.op_type, module, location,
                               max_abs(self.plain[anchor.tensor], self.expected[anchor.tensor]) if ends else None,
                               max_abs(self.forced[anchor.tensor], self.expected[anchor.tensor]) if ends else None,
                               self._inherited(anchor) if ends else None))
@@ -245,6 +299,6 @@ class _Judge:
             seen.add(other.order)
             op = self.graph.ops[other.order]
             source = self.trace[other.key]
-            steps.append(Step(op.name, op.op_type, source.module, source.location, point.max_abs,
+            steps.append(Step(op.name, op.index, op.op_type, source.module, source.location, point.max_abs,
                               point.introduced_max_abs, self._inherited(other)))
         return tuple(steps[:PATH_LENGTH])

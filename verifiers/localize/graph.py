@@ -56,6 +56,7 @@ class OpView:
     scope: Scope | None = None
     keys: tuple[str, ...] = ()  # the source ops the exporter made it from
     location: str | None = None  # "file.py:LINE" when the artifact records it
+    activation: str | None = None  # an activation fused into the op (TFLite's fusedActivationFunction)
 
 
 class ArtifactGraph:
@@ -66,6 +67,7 @@ class ArtifactGraph:
     tensors: dict[str, TensorView]
     inputs: dict[str, str]  # the feed's name of each graph input -> its tensor id
     outputs: list[str]  # tensor ids of the graph's outputs
+    output_names: dict[str, str]  # the name a runtime gives each graph output -> its tensor id
 
     def computed_floats(self) -> list[str]:
         """Float tensors some op computes from the inputs (constants left out), in topological order."""

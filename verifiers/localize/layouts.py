@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import operator
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,26 +37,36 @@ class Layout:
         return np.ascontiguousarray(np.transpose(source, self.perm)).reshape(self.shape)
 
 
-def layouts(source_shape: tuple[int, ...], artifact_shape: tuple[int, ...]) -> list[Layout]:
+def layouts(source_shape: tuple[int, ...], artifact_shape: tuple[int, ...],
+            dialect: frozenset[tuple[int, ...]] = frozenset()) -> list[Layout]:
     """Ways the artifact's shape can hold the source's values, the identity (a plain reshape)
     first, then permutations of the source's axes that reshape naturally (dimensions merged or
-    split, never cut across) into the artifact's, fewest axes moved first."""
+    split, never cut across) into the artifact's, fewest axes moved first. Axes of equal size keep
+    their order: holding them swapped is holding other values (a transpose that swaps the batch and
+    the heads of a batch of two with two heads is a fault, not a layout). Where the shapes are
+    equal, only the identity and the permutations of the artifact's `dialect` (those it holds
+    other tensors in, unambiguously: NHWC for NCHW) are layouts."""
     source_shape, artifact_shape = tuple(source_shape), tuple(artifact_shape)
     if math.prod(source_shape) != math.prod(artifact_shape):
         return []
     identity = Layout(tuple(range(len(source_shape))), artifact_shape)
     if source_shape == artifact_shape:
-        return [identity]
+        return [identity] + [Layout(perm, artifact_shape) for perm in sorted(dialect)
+                             if len(perm) == len(source_shape) and perm != identity.perm
+                             and tuple(source_shape[i] for i in perm) == artifact_shape]
     found = [identity] if _reshapes(source_shape, artifact_shape) else []
     axes = [i for i, d in enumerate(source_shape) if d != 1]
     units = [i for i, d in enumerate(source_shape) if d == 1]
     if len(axes) > 6:
         return found
     target = [d for d in artifact_shape if d != 1]
-    for order in itertools.permutations(axes):
-        if list(order) == axes:
+    seen = {tuple(source_shape[i] for i in axes)}
+    for order in itertools.permutations(axes):  # axes of equal size keep their order: the first order giving
+        dims = tuple(source_shape[i] for i in order)  # a sequence of sizes stands for every other giving it
+        if dims in seen:
             continue
-        if _reshapes(tuple(source_shape[i] for i in order), tuple(target)):
+        seen.add(dims)
+        if _reshapes(dims, tuple(target)):
             found.append(Layout(tuple(order) + tuple(units), artifact_shape))
     found[1:] = sorted(found[1:], key=lambda layout: sum(a != b for a, b in zip(layout.perm, range(99))))
     return found[:MAX_LAYOUTS]
@@ -64,7 +75,8 @@ def layouts(source_shape: tuple[int, ...], artifact_shape: tuple[int, ...]) -> l
 def _reshapes(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
     """Whether one shape is the other with dimensions merged or split, never a dimension cut
     across another's boundary (the running products of both refine each other)."""
-    cuts = sorted({*itertools.accumulate(d for d in a if d != 1), *itertools.accumulate(d for d in b if d != 1)})
+    cuts = sorted({*itertools.accumulate((d for d in a if d != 1), operator.mul),
+                   *itertools.accumulate((d for d in b if d != 1), operator.mul)})
     previous = 1
     for cut in cuts:
         if cut % previous:
@@ -107,10 +119,10 @@ def _ordinary(value: np.ndarray) -> np.ndarray:
     return values[np.isfinite(values) & (np.abs(values) < SATURATED)]
 
 
-def best_layout(source: np.ndarray, artifact: np.ndarray, candidates: list[Layout] | None = None
-                ) -> tuple[Layout, float] | None:
+def best_layout(source: np.ndarray, artifact: np.ndarray, candidates: list[Layout] | None = None,
+                dialect: frozenset[tuple[int, ...]] = frozenset()) -> tuple[Layout, float] | None:
     """The layout under which `artifact` is closest to `source`, and the max abs error there."""
-    candidates = layouts(source.shape, artifact.shape) if candidates is None else candidates
+    candidates = layouts(source.shape, artifact.shape, dialect) if candidates is None else candidates
     best = None
     for layout in candidates:
         error = max_abs(artifact, layout.to_artifact(source))
@@ -151,8 +163,8 @@ class ValueIndex:
     """Source tensors found by value: `match(value)` gives the keys of those an artifact value
     holds under some layout, best first."""
 
-    def __init__(self, tensors: dict[str, np.ndarray]):
-        self.values = tensors
+    def __init__(self, tensors: dict[str, np.ndarray], dialect: frozenset[tuple[int, ...]] = frozenset()):
+        self.values, self.dialect = tensors, dialect
         self.by_size: dict[int, list[tuple[str, Fingerprint, float]]] = {}
         for key, value in tensors.items():
             self.by_size.setdefault(int(value.size), []).append((key, Fingerprint.of(value), scale(value)))
@@ -168,7 +180,7 @@ class ValueIndex:
             tolerance = MATCH_RTOL * size
             if not mine.near(print_, tolerance):
                 continue
-            best = best_layout(self.values[key], value)
+            best = best_layout(self.values[key], value, dialect=self.dialect)
             if best is not None and best[1] <= tolerance:
                 found.append((key, best[0], best[1]))
         return sorted(found, key=lambda item: item[2])

@@ -54,7 +54,7 @@ class OnnxGraph(ArtifactGraph):
         self.ops = []
         for index, node in enumerate(graph.node):
             metadata = {prop.key: prop.value for prop in node.metadata_props}
-            self.ops.append(OpView(index, node.name, node.op_type, tuple(node.input), tuple(node.output),
+            self.ops.append(OpView(index, node.name or f"{node.op_type}#{index}", node.op_type, tuple(node.input), tuple(node.output),
                                    _scope(node, metadata), _fx_keys(metadata), _location(metadata)))
             for name in node.input:
                 if name:
@@ -66,6 +66,7 @@ class OnnxGraph(ArtifactGraph):
                     tensor.producer = index
         self.inputs = {v.name: v.name for v in graph.input if v.name not in constants}
         self.outputs = [v.name for v in graph.output]
+        self.output_names = {name: name for name in self.outputs}
         self._name_group_outputs()
 
     def _name_group_outputs(self) -> None:

@@ -44,6 +44,7 @@ class SourceTrace:
     separator: str = "."  # between the parts of a module path ("." PyTorch, "/" Keras)
     tensors: dict[str, SourceTensor] = field(default_factory=dict)  # in execution order
     inputs: dict[str, str] = field(default_factory=dict)  # the model's input name -> its key
+    outputs: list[str | None] = field(default_factory=list)  # the key of each model output, in its order
     notes: list[str] = field(default_factory=list)  # what the capture could not do
 
     def add(self, tensor: SourceTensor) -> SourceTensor:

@@ -54,6 +54,24 @@ class LiteRtRunner(Runner):
         runner.outputs = [_info(d["name"], d) for d in interpreter.get_output_details()]
         return runner
 
+    @classmethod
+    def run_inspection(cls, model, feed, keep, data_folder=None):
+        """The builtin kernels without a delegate, keeping every tensor
+        (experimental_preserve_all_tensors); inputs are fed and tensors read by tensor index."""
+        with native_output_captured():
+            interpreter = _interpreter_class()(model_content=bytes(model), experimental_preserve_all_tensors=True,
+                                               experimental_op_resolver_type=_resolvers()["builtin"])
+            details = interpreter.get_input_details()
+            for detail in details:
+                value = feed[str(detail["index"])]
+                if tuple(detail["shape"]) != value.shape:
+                    interpreter.resize_tensor_input(detail["index"], value.shape)
+            interpreter.allocate_tensors()
+            for detail in details:
+                interpreter.set_tensor(detail["index"], np.ascontiguousarray(feed[str(detail["index"])]))
+            interpreter.invoke()
+        return {key: np.array(interpreter.get_tensor(int(key)), copy=True) for key in keep}
+
     def _load(self) -> None:
         Interpreter, resolvers = _interpreter_class(), _resolvers()
         self.interpreters = {}
