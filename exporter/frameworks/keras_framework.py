@@ -123,6 +123,14 @@ class KerasFramework(Framework):
             except Exception:  # noqa: BLE001
                 raise first from None
 
+    def trace(self, source, feed):
+        """The serving function traced as the routes trace it, frozen and run op by op
+        (exporter.tracing.keras_trace)."""
+        from exporter.tracing.keras_trace import trace_keras
+
+        dynamic = {(axis.input, axis.axis) for axis in source.dynamic}
+        return trace_keras(source, feed, self.tensor_signature(source, dynamic), self.serving_function(source, []))
+
     def tensor_signature(self, source, dynamic: set[tuple[str, int]] = frozenset()) -> list:
         """tf.TensorSpecs of the source's inputs, named as the source names them; the (input, axis)
         pairs in `dynamic` become None."""

@@ -20,12 +20,13 @@ source's module paths.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
 
 from verifiers.localize.graph import ArtifactGraph, Scope
-from verifiers.localize.layouts import Layout, ValueIndex, best_layout, layouts, max_abs, scale, MATCH_RTOL
+from verifiers.localize.layouts import MATCH_RTOL, Layout, ValueIndex, best_layout, layouts, scale
 from verifiers.localize.trace import SourceTrace
 
 # Ops that only move, reshape or relabel data: their output may hold the same source tensor as their input.
@@ -41,6 +42,8 @@ ACTIVATIONS = frozenset({
     "aten.sigmoid", "aten.leaky_relu", "aten.elu", "aten.hardswish", "aten.silu", "aten.gelu",
     "Relu", "Relu6", "Tanh", "Sigmoid", "Elu", "LeakyRelu", "Selu", "Softplus", "Minimum", "Maximum",
 })
+_CALL_SUFFIX = re.compile(r"_\d+$")
+NAME_HOPS = 2  # how far after a named tensor a lowering may put the value its name stands for
 RETURN_HOPS = 4  # how soon after a fine value the computation must return to the source's values
 
 
@@ -61,8 +64,17 @@ def resolve_scope(scope: Scope | None, modules: set[str], separator: str) -> str
     if scope is None:
         return None
     parts = scope.parts
-    if scope.style in ("module", "tf"):
+    if scope.style == "module":
         return _known_suffix(parts, modules, separator)
+    if scope.style == "tf":  # name scopes: Keras layers' (a call may suffix them "_N"), and ops' own
+        path = ""
+        for part in parts:
+            for spelling in (part, _CALL_SUFFIX.sub("", part)):
+                deeper = f"{path}{separator}{spelling}" if path else spelling
+                if deeper in modules:
+                    path = deeper
+                    break
+        return path
     if scope.style == "torchscript":
         path, previous = "", None
         for part in parts:
@@ -112,6 +124,24 @@ def _attribute_child(path: str, part: str, modules: set[str]) -> str | None:
     return None
 
 
+def holding(source: np.ndarray, value: np.ndarray, dialect: frozenset = frozenset()) -> tuple[Layout, float] | None:
+    """(layout, max abs error) under which `value` holds `source` within MATCH_RTOL, else None."""
+    if source.size != value.size:
+        return None
+    best = best_layout(source, value, dialect=dialect)
+    return best if best is not None and best[1] <= MATCH_RTOL * scale(source) else None
+
+
+def admissible(op, trace: SourceTrace, key: str) -> bool:
+    """Whether an op of the artifact may hold the source tensor `key`: one with an activation fused
+    in holds an activation's output; one that adds a bias of its own never holds a tensor the
+    source goes on to add a bias to (the step before it: a fault that zeroes the bias leaves it)."""
+    source = trace[key]
+    if op.activation is not None and source.op not in ACTIVATIONS:
+        return False
+    return not (op.bias and key in trace.biased)
+
+
 def module_paths(trace: SourceTrace) -> set[str]:
     found = {""}
     for tensor in trace.tensors.values():
@@ -132,17 +162,23 @@ def align(graph: ArtifactGraph, trace: SourceTrace, plain: dict[str, np.ndarray]
     named = {graph.output_names[name]: (key,) for name, key in (output_keys or {}).items()
              if name in graph.output_names and key is not None}
 
+    unconfirmed: dict[str, list[str]] = {}  # tensor -> the keys its names give, none of which it holds
     for tensor_id in computed:  # 1. names
         tensor = graph.tensors[tensor_id]
-        for key in (*named.get(tensor_id, ()), *tensor.keys):
-            source = coarse.get(key)
-            if source is None or source.value.size != plain[tensor_id].size:
-                continue
-            candidates = layouts(source.value.shape, plain[tensor_id].shape)
-            if candidates:
-                layout, _ = best_layout(source.value, plain[tensor_id], candidates)
-                found[tensor_id] = Anchor(tensor_id, key, layout, "name", tensor.producer)
-                break
+        op = graph.ops[tensor.producer]
+        keys = [key for key in dict.fromkeys(trace.resolve(k) for k in tensor.keys) if key in coarse
+                and coarse[key].value.size == plain[tensor_id].size and admissible(op, trace, key)]
+        outputs = [key for key in named.get(tensor_id, ()) if key in coarse and coarse[key].value.size == plain[tensor_id].size]
+        held = [(key, holding(coarse[key].value, plain[tensor_id])) for key in (*outputs, *keys)]
+        held = [(key, *best) for key, best in held if best is not None]
+        if held:
+            key, layout, _ = min(held, key=lambda item: item[2])
+            found[tensor_id] = Anchor(tensor_id, key, layout, "name", tensor.producer)
+        elif outputs:  # what the comparison compared holds the output, whatever it holds
+            found[tensor_id] = Anchor(tensor_id, outputs[0], layouts(coarse[outputs[0]].value.shape,
+                                                                    plain[tensor_id].shape)[0], "name", tensor.producer)
+        elif keys:
+            unconfirmed[tensor_id] = sorted(keys, key=lambda k: coarse[k].order, reverse=True)
 
     index = ValueIndex({key: t.value for key, t in coarse.items()})  # 2. values
     _by_value(graph, trace, plain, computed, found, index, scopes, coarse)
@@ -152,12 +188,13 @@ def align(graph: ArtifactGraph, trace: SourceTrace, plain: dict[str, np.ndarray]
         for anchor in found.values():
             source = coarse[anchor.key].value
             if anchor.layout.identity and source.shape == plain[anchor.tensor].shape and \
-                    max_abs(plain[anchor.tensor], source) > MATCH_RTOL * scale(source):
-                best = best_layout(source, plain[anchor.tensor], dialect=dialect)
-                if best[1] <= MATCH_RTOL * scale(source):
+                    holding(source, plain[anchor.tensor]) is None:
+                best = holding(source, plain[anchor.tensor], dialect)
+                if best is not None:
                     anchor.layout = best[0]
 
     steps = _by_fine_value(graph, trace, plain, computed, found, dialect)
+    _by_unconfirmed_name(graph, plain, unconfirmed, found, coarse, dialect)
 
     if any(scope is not None for scope in scopes.values()):  # 3. module outputs
         for module, key in trace.module_outputs().items():
@@ -181,10 +218,10 @@ def _by_value(graph: ArtifactGraph, trace: SourceTrace, plain: dict[str, np.ndar
         order_floor = max((coarse[k].order for k in made_from), default=-1)
         moves = op.op_type in DATA_MOVES
 
-        def allowed(key, moves=moves, made_from=made_from, order_floor=order_floor, fused=op.activation):
+        def allowed(key, moves=moves, made_from=made_from, order_floor=order_floor, op=op):
             if key in made_from:
                 return moves
-            return coarse[key].order > order_floor and (fused is None or coarse[key].op in ACTIVATIONS)
+            return coarse[key].order > order_floor and admissible(op, trace, key)
 
         matches = index.match(plain[tensor_id], allowed)
         scope = scopes.get(op.index)
@@ -194,6 +231,40 @@ def _by_value(graph: ArtifactGraph, trace: SourceTrace, plain: dict[str, np.ndar
         if matches:
             key, layout, _ = matches[0]
             found[tensor_id] = Anchor(tensor_id, key, layout, "value", op.index)
+
+
+def _by_unconfirmed_name(graph: ArtifactGraph, plain: dict[str, np.ndarray], unconfirmed: dict[str, list[str]],
+                         found: dict[str, Anchor], coarse: dict, dialect: frozenset) -> None:
+    """A tensor named after a source tensor whose value it does not hold: when a tensor computed
+    from it a step or two later holds that value, the exporter named the first op of a lowering
+    after the source op (tf2onnx's SquaredDifference as Sub, then Mul) and the name moves there;
+    else, where nothing holds it by value either, the artifact computes it wrong: anchored by its
+    name (the last source tensor among its names), in the layout its shape gives."""
+    for tensor_id, keys in unconfirmed.items():
+        if tensor_id in found:
+            continue
+        key = keys[0]
+        later = _later(graph, tensor_id, NAME_HOPS)
+        holders = [(t, holding(coarse[key].value, plain[t], dialect)) for t in later if t in plain]
+        holders = [(t, best) for t, best in holders if best is not None]
+        if holders:
+            holder, (layout, _) = holders[0]
+            if holder not in found:
+                found[holder] = Anchor(holder, key, layout, "name", graph.tensors[holder].producer)
+            continue
+        candidates = layouts(coarse[key].value.shape, plain[tensor_id].shape, dialect)
+        if candidates:
+            found[tensor_id] = Anchor(tensor_id, key, candidates[0], "name", graph.tensors[tensor_id].producer)
+
+
+def _later(graph: ArtifactGraph, tensor_id: str, hops: int) -> list[str]:
+    """The tensors computed from `tensor_id` within `hops` ops, nearest first."""
+    found, frontier = [], [tensor_id]
+    for _ in range(hops):
+        frontier = [out for t in frontier for reader in graph.tensors[t].readers for out in graph.ops[reader].outputs
+                    if out in graph.tensors and out not in found]
+        found.extend(frontier)
+    return found
 
 
 def _by_fine_value(graph: ArtifactGraph, trace: SourceTrace, plain: dict[str, np.ndarray], computed: list[str],
@@ -221,13 +292,7 @@ def _by_fine_value(graph: ArtifactGraph, trace: SourceTrace, plain: dict[str, np
 
 def _returns(graph: ArtifactGraph, tensor_id: str, found: dict[str, Anchor], hops: int = RETURN_HOPS) -> bool:
     """Whether an op at most `hops` ops after the tensor computes a tensor anchored by value."""
-    frontier = {tensor_id}
-    for _ in range(hops):
-        frontier = {out for t in frontier for reader in graph.tensors[t].readers for out in graph.ops[reader].outputs
-                    if out in graph.tensors}
-        if any(t in found and found[t].how == "value" for t in frontier):
-            return True
-    return False
+    return any(t in found and found[t].how == "value" for t in _later(graph, tensor_id, hops))
 
 
 def dialect_of(anchors, trace: SourceTrace, plain: dict[str, np.ndarray]) -> frozenset[tuple[int, ...]]:

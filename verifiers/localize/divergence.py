@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from verifiers.localize.align import ACTIVATIONS, Anchor, align, dialect_of, module_paths, resolve_scope
+from verifiers.localize.align import Anchor, admissible, align, dialect_of, module_paths, resolve_scope
 from verifiers.localize.graph import ArtifactGraph, open_graph
 from verifiers.localize.layouts import ValueIndex, max_abs, scale
 from verifiers.localize.trace import SourceTrace
@@ -222,9 +222,9 @@ class _Judge:
         def is_dirty(tensor_id: str) -> bool:
             if tensor_id not in dirty:
                 value = self.forced.get(tensor_id)
-                fused = graph.ops[graph.tensors[tensor_id].producer].activation
-                allowed = None if fused is None else (lambda key: self.trace[key].op in ACTIVATIONS)
-                dirty[tensor_id] = value is not None and not index.match(value, allowed)
+                op = graph.ops[graph.tensors[tensor_id].producer]
+                dirty[tensor_id] = value is not None and not index.match(
+                    value, lambda key: admissible(op, self.trace, key))
             return dirty[tensor_id]
 
         reached = {graph.tensors[anchor.tensor].producer}
@@ -262,9 +262,8 @@ class _Judge:
     def _where(self, op, anchor: Anchor) -> tuple[str, str | None]:
         """The source module and line of an op of the artifact."""
         trace = self.trace
-        for key in op.keys:
-            if key in trace:
-                return trace[key].module, trace[key].location
+        for key in filter(None, map(trace.resolve, op.keys)):
+            return trace[key].module, trace[key].location
         if anchor.tensor in op.outputs:
             return trace[anchor.key].module, trace[anchor.key].location
         module = resolve_scope(op.scope, self.modules, trace.separator)
@@ -276,7 +275,7 @@ class _Judge:
         return trace[anchor.key].module, trace[anchor.key].location
 
     def _covers(self, op, anchor: Anchor) -> tuple[str, ...]:
-        own = [key for key in op.keys if key in self.trace]
+        own = list(dict.fromkeys(filter(None, map(self.trace.resolve, op.keys))))
         return tuple(own or self._covered(anchor))
 
     def _path(self, anchor: Anchor, chain: list[int], points: list) -> tuple[Step, ...]:

@@ -57,6 +57,7 @@ class OpView:
     keys: tuple[str, ...] = ()  # the source ops the exporter made it from
     location: str | None = None  # "file.py:LINE" when the artifact records it
     activation: str | None = None  # an activation fused into the op (TFLite's fusedActivationFunction)
+    bias: bool = False  # it adds a bias operand of its own (ONNX Conv and Gemm, TFLite's FULLY_CONNECTED...)
 
 
 class ArtifactGraph:

@@ -32,7 +32,8 @@ _FX_NODE = re.compile(r"^%(\S+)")
 _FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 _TORCH_FILE = re.compile(r"[\\/](site|dist)-packages[\\/]torch[\\/]")
 REPLACED = "{}::source"  # the graph input a replaced tensor's readers read instead
-RUN_BYTES = 1 << 30  # kept tensors past this are fetched over several runs
+RUN_BYTES = 1 << 30
+_BIASED = frozenset({"Conv", "Gemm", "ConvTranspose"})  # their third input is a bias they add  # kept tensors past this are fetched over several runs
 
 
 class OnnxGraph(ArtifactGraph):
@@ -54,8 +55,9 @@ class OnnxGraph(ArtifactGraph):
         self.ops = []
         for index, node in enumerate(graph.node):
             metadata = {prop.key: prop.value for prop in node.metadata_props}
-            self.ops.append(OpView(index, node.name or f"{node.op_type}#{index}", node.op_type, tuple(node.input), tuple(node.output),
-                                   _scope(node, metadata), _fx_keys(metadata), _location(metadata)))
+            self.ops.append(OpView(index, node.name or f"{node.op_type}#{index}", node.op_type, tuple(node.input),
+                                   tuple(node.output), _scope(node, metadata), _fx_keys(metadata), _location(metadata),
+                                   bias=node.op_type in _BIASED and len(node.input) > 2 and bool(node.input[2])))
             for name in node.input:
                 if name:
                     self.tensors.setdefault(name, _tensor(name, infos.get(name), name in constants))
@@ -77,8 +79,9 @@ class OnnxGraph(ArtifactGraph):
             for key in op.keys:
                 groups.setdefault(key, set()).add(op.index)
         outputs = set(self.outputs)
-        for tensor in self.tensors.values():
-            tensor.keys = (tensor.name,)
+        for tensor in self.tensors.values():  # tf2onnx's names are TensorFlow's: also without the model's scope
+            tensor.keys = (tensor.name, tensor.name.split("/", 1)[1]) if "/" in tensor.name and not \
+                tensor.name.startswith("/") else (tensor.name,)
         for key, members in groups.items():
             leaving = [t for i in sorted(members) for t in self.ops[i].outputs
                        if t and (t in outputs or any(r not in members for r in self.tensors[t].readers))]

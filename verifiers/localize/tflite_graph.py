@@ -28,6 +28,7 @@ from verifiers.tflite_model import NUMPY_DTYPES, load_tflite, schema, tflite_op_
 
 # ActivationFunctionType -> the activation fused into an op (NONE and SIGN_BIT are none).
 FUSED_ACTIVATIONS = {1: "RELU", 2: "RELU_N1_TO_1", 3: "RELU6", 4: "TANH"}
+_BIASED = frozenset({"FULLY_CONNECTED", "CONV_2D", "DEPTHWISE_CONV_2D", "TRANSPOSE_CONV", "CONV_3D"})
 # A litert-torch module level: a dotted class path, "_", the attribute ("torch.nn.modules.linear.Linear_query").
 _CLASS_LEVEL = re.compile(r"^[A-Za-z_][\w.]*\.[A-Za-z_]\w*_\w+$")
 
@@ -54,7 +55,8 @@ class TfliteGraph(ArtifactGraph):
             first = self.tensors[outputs[0]].name if outputs else ""
             self.ops.append(OpView(index, label, self.model.opcode(op).name, inputs, outputs, _scope(first),
                                    tuple(dict.fromkeys(k for t in outputs for k in self.tensors[t].keys)),
-                                   activation=self._fused_activation(op)))
+                                   activation=self._fused_activation(op),
+                                   bias=self.model.opcode(op).name in _BIASED and len(inputs) > 2 and bool(inputs[2])))
             for tensor_id in inputs:
                 if tensor_id:
                     self.tensors[tensor_id].readers.append(index)
@@ -112,8 +114,10 @@ def _parts(name: str) -> list[str]:
 
 
 def _keys(name: str) -> tuple[str, ...]:
-    """The TensorFlow tensors a converter named this tensor after, the last fused op first."""
-    return tuple(key for part in reversed(_parts(name)) for key in (f"{part}:0", part))
+    """The TensorFlow tensors a converter named this tensor after, the last fused op first, each
+    also without its first name scope (the model's, which Keras suffixes anew at each trace)."""
+    return tuple(key for part in reversed(_parts(name)) for spelling in (part, part.split("/", 1)[-1])
+                 for key in (f"{spelling}:0", spelling))
 
 
 def _scope(name: str) -> Scope | None:

@@ -14,9 +14,14 @@ it belongs to.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
+
+
+# Ops that add (a bias, when their other operand is a constant), in PyTorch's and TensorFlow's traces.
+BIAS_ADDS = frozenset({"aten.add", "Add", "AddV2", "BiasAdd"})
 
 
 @dataclass
@@ -45,6 +50,7 @@ class SourceTrace:
     tensors: dict[str, SourceTensor] = field(default_factory=dict)  # in execution order
     inputs: dict[str, str] = field(default_factory=dict)  # the model's input name -> its key
     outputs: list[str | None] = field(default_factory=list)  # the key of each model output, in its order
+    aliases: dict[str, str] = field(default_factory=dict)  # another spelling of a key -> the key
     notes: list[str] = field(default_factory=list)  # what the capture could not do
 
     def add(self, tensor: SourceTensor) -> SourceTensor:
@@ -52,11 +58,24 @@ class SourceTrace:
         self.tensors[tensor.key] = tensor
         return tensor
 
+    @functools.cached_property
+    def constants(self) -> set[str]:
+        """Keys computed from constants alone (no model input upstream): a BatchNorm's folded shift."""
+        found = set()
+        for tensor in self.coarse():
+            if tensor.op != "input" and all(k in found for k in tensor.inputs):
+                found.add(tensor.key)
+        return found
+
     def __getitem__(self, key: str) -> SourceTensor:
         return self.tensors[key]
 
     def __contains__(self, key: str) -> bool:
         return key in self.tensors
+
+    def resolve(self, name: str) -> str | None:
+        """The key a name an artifact records stands for (itself or one of its aliases), or None."""
+        return name if name in self.tensors else self.aliases.get(name)
 
     def coarse(self) -> list[SourceTensor]:
         """The tensors ops produced (no fine values), in execution order."""
@@ -64,7 +83,26 @@ class SourceTrace:
 
     def fine(self, key: str) -> list[SourceTensor]:
         """The fine values of one op."""
-        return [t for t in self.tensors.values() if t.parent == key]
+        return self._steps.get(key, [])
+
+    @functools.cached_property
+    def _steps(self) -> dict[str, list[SourceTensor]]:
+        found: dict[str, list[SourceTensor]] = {}
+        for tensor in self.tensors.values():
+            if tensor.parent is not None:
+                found.setdefault(tensor.parent, []).append(tensor)
+        return found
+
+    @functools.cached_property
+    def biased(self) -> set[str]:
+        """Keys the source adds a bias to next: read by an add whose other operands are constants."""
+        constants = self.constants
+        found = set()
+        for tensor in self.coarse():
+            varying = [k for k in tensor.inputs if k not in constants]
+            if tensor.op in BIAS_ADDS and len(varying) == 1:
+                found.add(varying[0])
+        return found
 
     def consumers(self) -> dict[str, list[str]]:
         """key -> keys of the coarse tensors that read it."""
