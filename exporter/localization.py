@@ -89,7 +89,25 @@ def localize(run, reload) -> None:
     found = isolation.call(localize_artifact, run.artifact.format.name, run.artifact.path, trace,
                            artifact_feed(runner, feed), runner_class, EPSILONS[mode], output_keys,
                            runtime=runner.runtime, step="localising the divergence", runner=runner)
+    found = module_by_weights(found, source, trace)
     report.divergence = {**found.to_dict(), "batch": which, "message": found.message()}
+
+
+def module_by_weights(divergence, source: Source, trace):
+    """The first divergence's module from its weights, where nothing surer said it
+    (verifiers.localize.weights): its line becomes that module's first op's."""
+    from dataclasses import replace
+
+    from verifiers.localize.weights import owner
+
+    first = divergence.first
+    if first is None or not first.weights:
+        return divergence
+    module = owner(first.weights, source.framework.parameters(source))
+    if module is None or module == first.module:
+        return divergence
+    location = next((t.location for t in trace.coarse() if t.module == module), first.source)
+    return replace(divergence, first=replace(first, module=module, source=location, evidence="weights"))
 
 
 def reload_source(spec: str, input_specs, default_inputs, trust_source: bool) -> Source:

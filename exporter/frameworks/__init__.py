@@ -60,6 +60,10 @@ class Framework:
         framework cannot tell."""
         return None
 
+    def parameters(self, source: Source) -> dict[str, list[np.ndarray]]:
+        """The source's weights by the module (layer) holding them, as arrays."""
+        return {}
+
     def require(self, module: str):
         """Import one of this framework's modules, or say which pip command installs it."""
         import importlib

@@ -131,6 +131,13 @@ class KerasFramework(Framework):
         dynamic = {(axis.input, axis.axis) for axis in source.dynamic}
         return trace_keras(source, feed, self.tensor_signature(source, dynamic), self.serving_function(source, []))
 
+    def parameters(self, source):
+        found: dict[str, list[np.ndarray]] = {}
+        for weight in source.model.weights:
+            owner = getattr(weight, "path", weight.name).rpartition("/")[0]
+            found.setdefault(owner, []).append(np.asarray(weight.numpy(), np.float32))
+        return found
+
     def tensor_signature(self, source, dynamic: set[tuple[str, int]] = frozenset()) -> list:
         """tf.TensorSpecs of the source's inputs, named as the source names them; the (input, axis)
         pairs in `dynamic` become None."""

@@ -98,6 +98,14 @@ class TorchFramework(Framework):
         args, kwargs = self.example_tensors(source, feed)
         return trace_torch(source.model, args, kwargs, source.input_names)
 
+    def parameters(self, source):
+        module = source.model.module() if is_exported_program(source.model) else source.model
+        found: dict[str, list[np.ndarray]] = {}
+        for name, parameter in module.named_parameters():
+            owner = name.rpartition(".")[0]
+            found.setdefault(owner, []).append(parameter.detach().float().numpy())
+        return found
+
     def example_tensors(self, source, feed):
         """Positional args and keyword args for torch.onnx.export."""
         torch = self.require("torch")

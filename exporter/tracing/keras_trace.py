@@ -86,12 +86,15 @@ def _layer_names(model) -> set[str]:
 
 
 def _module(op_name: str, layers: set[str]) -> str:
-    """The Keras layer path of an op: its name scopes below the model's, each as the layer named."""
-    parts = op_name.split("/")[1:-1]
+    """The Keras layer path of an op: the name scopes below the model's that are layers' (each
+    spelt as the layer is named, without the `_N` a call adds), not those of ops (`moments`)."""
     path = []
-    for part in parts:
+    for part in op_name.split("/")[1:-1]:
         match = _CALL_SUFFIX.match(part)
-        path.append(match.group(1) if match and part not in layers and match.group(1) in layers else part)
+        if part in layers:
+            path.append(part)
+        elif match and match.group(1) in layers:
+            path.append(match.group(1))
     return "/".join(path)
 
 

@@ -18,8 +18,7 @@ error runs, through other such outputs only, to the segment's end.
 
 from __future__ import annotations
 
-import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +26,7 @@ import numpy as np
 from verifiers.localize.align import Anchor, admissible, align, dialect_of, module_paths, resolve_scope
 from verifiers.localize.graph import ArtifactGraph, open_graph
 from verifiers.localize.layouts import ValueIndex, max_abs, scale
-from verifiers.localize.trace import SourceTrace
+from verifiers.localize.trace import MOVES, SourceTrace
 
 PATH_LENGTH = 5  # steps listed after the first divergence
 # Ops whose output holds their input's values in another shape: never where an error starts.
@@ -36,6 +35,7 @@ VALUE_PRESERVING = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Ide
 ROUNDING_FACTOR = 16
 EPSILON_FACTOR = 64
 UNMEASURED_FACTOR = 1024
+WEAK_EVIDENCE = ("inputs", "scope", "segment")  # a module said on these is checked against the weights
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,10 @@ class First:
     covers: tuple[str, ...]  # the source ops the op (or its segment) stands for
     tensor: str  # the anchor ending the segment
     tolerance: float
+    evidence: str = "recorded"  # what says which module it is in (Judge._where)
+    # its weights, when the module came from weak evidence: the model layer names the module whose
+    # parameters they are (not part of the report)
+    weights: tuple = field(default=(), repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -84,7 +88,8 @@ class Divergence:
     computed: int = 0  # float tensors the artifact computes
 
     def to_dict(self) -> dict:
-        return {"first": asdict(self.first) if self.first else None, "path": [asdict(s) for s in self.path],
+        first = {k: v for k, v in asdict(self.first).items() if k != "weights"} if self.first else None
+        return {"first": first, "path": [asdict(s) for s in self.path],
                 "aligned": self.aligned, "computed": self.computed,
                 "profile": [asdict(p) for p in self.profile]}
 
@@ -110,8 +115,9 @@ def localize(fmt: str, path: Path, trace: SourceTrace, feed: dict[str, np.ndarra
     tensor each artifact output was compared with). Runs where it is called: the API calls it in
     the artifact's runtime worker."""
     graph = open_graph(fmt, path)
-    floats = graph.computed_floats()
-    plain = graph.run(feed, floats, {}, runner_class)
+    plain = graph.run(feed, graph.computed_floats(), {}, runner_class)
+    floats = graph.learn(plain)
+    plain = {t: plain[t] for t in floats}
     anchors = align(graph, trace, plain, output_keys)
     judge = _Judge(graph, trace, anchors, plain, _forced(graph, trace, anchors, plain, feed, floats, runner_class),
                    epsilon)
@@ -137,6 +143,7 @@ class _Judge:
         self.modules = module_paths(trace)
         self.expected = {a.tensor: a.layout.to_artifact(trace[a.key].value) for a in anchors}
         self.dialect = dialect_of(anchors, trace, plain)
+        self.held: dict[str, str] = {}  # a segment's step -> the source value it holds (see _chain)
 
     def refolded(self) -> list[Anchor] | None:
         """The anchors again with the first diverging one taken for the step it holds, when it has
@@ -171,9 +178,10 @@ class _Judge:
         anchor, introduced, tolerance = first_anchor
         chain = self._chain(anchor)
         culprit = self.graph.ops[chain[0]]
-        module, location = self._where(culprit, anchor)
+        module, location, evidence = self._where(culprit, anchor)
         first = First(culprit.name, culprit.index, culprit.op_type, module, location, introduced, self._inherited(anchor),
-                      self._covers(culprit, anchor), anchor.tensor, tolerance)
+                      self._covers(culprit, anchor), anchor.tensor, tolerance, evidence,
+                      self.graph.weights(culprit) if evidence in WEAK_EVIDENCE else ())
         return Divergence(first, self._path(anchor, chain, points), len(self.anchors), tuple(points), computed)
 
     # ---- segments ------------------------------------------------------------------------------
@@ -195,9 +203,13 @@ class _Judge:
 
     def _covered(self, anchor: Anchor) -> list[str]:
         """The source ops the segment stands for: what the anchor's source tensor is computed from,
-        back to the source tensors the segment reads."""
-        stop = {b.key for b in self._boundary(anchor)}
-        return self.trace.ancestors(anchor.key, stop)
+        back to the source tensors the segment reads (for a step of a split op, the op's inputs:
+        the segment finishes the op)."""
+        trace, stop = self.trace, set()
+        for boundary in self._boundary(anchor):
+            parent = trace[boundary.key].parent
+            stop.update(trace[parent].inputs if parent is not None else (boundary.key,))
+        return trace.ancestors(anchor.key, stop)
 
     def _tolerance(self, anchor: Anchor) -> float:
         source = self.trace[anchor.key]
@@ -223,8 +235,10 @@ class _Judge:
             if tensor_id not in dirty:
                 value = self.forced.get(tensor_id)
                 op = graph.ops[graph.tensors[tensor_id].producer]
-                dirty[tensor_id] = value is not None and not index.match(
-                    value, lambda key: admissible(op, self.trace, key))
+                matches = [] if value is None else index.match(value, lambda key: admissible(op, self.trace, key))
+                if matches:
+                    self.held[tensor_id] = matches[0][0]
+                dirty[tensor_id] = value is not None and not matches
             return dirty[tensor_id]
 
         reached = {graph.tensors[anchor.tensor].producer}
@@ -259,20 +273,39 @@ class _Judge:
 
     # ---- what the report says ------------------------------------------------------------------
 
-    def _where(self, op, anchor: Anchor) -> tuple[str, str | None]:
-        """The source module and line of an op of the artifact."""
+    def _where(self, op, anchor: Anchor) -> tuple[str, str | None, str]:
+        """The source module and line of an op of the artifact, and what says so: "recorded" (the
+        exporter named the source op), "anchor" (the op computes the segment's end), "inputs" (the
+        source op that goes on from what the op reads), "scope" (the module scope the exporter
+        recorded) or "segment" (the segment's end, for want of better)."""
         trace = self.trace
         for key in filter(None, map(trace.resolve, op.keys)):
-            return trace[key].module, trace[key].location
+            return trace[key].module, trace[key].location, "recorded"
         if anchor.tensor in op.outputs:
-            return trace[anchor.key].module, trace[anchor.key].location
+            return trace[anchor.key].module, trace[anchor.key].location, "anchor"
+        continued = self._continued(op, anchor)
+        if continued is not None:
+            return trace[continued].module, trace[continued].location, "inputs"
         module = resolve_scope(op.scope, self.modules, trace.separator)
         if module is not None:
             inside = [trace[k] for k in self._covered(anchor) if trace[k].module == module]
-            if inside:
-                return module, inside[-1].location
-            return module, trace[anchor.key].location
-        return trace[anchor.key].module, trace[anchor.key].location
+            return module, (inside[-1] if inside else trace[anchor.key]).location, "scope"
+        return trace[anchor.key].module, trace[anchor.key].location, "segment"
+
+    def _continued(self, op, anchor: Anchor) -> str | None:
+        """The source op an op of the segment goes on with: the op whose step one of its inputs
+        holds, else the first source op of the segment that computes from what its inputs hold."""
+        trace, covered = self.trace, self._covered(anchor)
+        held = [self.by_tensor[t].key if t in self.by_tensor else self.held.get(t) for t in op.inputs if t]
+        for key in filter(None, held):
+            if trace[key].parent is not None:
+                return trace[key].parent
+        held = {k for k in held if k}
+        for key in covered:  # what a copy or a view of a held value holds is held too
+            if trace[key].op in MOVES and held & set(trace[key].inputs):
+                held.add(key)
+        computing = [key for key in covered if trace[key].op not in MOVES and held & set(trace[key].inputs)]
+        return computing[0] if computing else None
 
     def _covers(self, op, anchor: Anchor) -> tuple[str, ...]:
         own = list(dict.fromkeys(filter(None, map(self.trace.resolve, op.keys))))
@@ -282,7 +315,7 @@ class _Judge:
         steps = []
         for index in chain[1:]:
             op = self.graph.ops[index]
-            module, location = self._where(op, anchor)
+            module, location, _ = self._where(op, anchor)
             ends = anchor.tensor in op.outputs
             steps.append(Step(op.name, op.index, op.op_type, module, location,
                               max_abs(self.plain[anchor.tensor], self.expected[anchor.tensor]) if ends else None,

@@ -71,9 +71,32 @@ class ArtifactGraph:
     output_names: dict[str, str]  # the name a runtime gives each graph output -> its tensor id
 
     def computed_floats(self) -> list[str]:
-        """Float tensors some op computes from the inputs (constants left out), in topological order."""
-        return [t for op in self.ops for t in op.outputs
-                if t in self.tensors and self.tensors[t].is_float and not self.tensors[t].constant]
+        """Tensors some op computes from the inputs (constants left out), in topological order,
+        that are float or of a type the file does not declare (`learn` tells them apart)."""
+        return [t for op in self.ops for t in op.outputs if t in self.tensors and not self.tensors[t].constant
+                and (self.tensors[t].dtype is None or self.tensors[t].is_float)]
+
+    def weights(self, op: OpView) -> tuple[np.ndarray, ...]:
+        """The op's constant float inputs of two or more axes (its weights), as stored."""
+        found = []
+        for tensor_id in op.inputs:
+            tensor = self.tensors.get(tensor_id)
+            if tensor is not None and tensor.constant and tensor.is_float and tensor.shape and len(tensor.shape) >= 2:
+                value = self.constant(tensor_id)
+                if value is not None:
+                    found.append(value)
+        return tuple(found)
+
+    def constant(self, tensor_id: str) -> np.ndarray | None:
+        """A constant tensor's value (None where it cannot be read)."""
+        raise NotImplementedError
+
+    def learn(self, values: dict[str, np.ndarray]) -> list[str]:
+        """Take the types and shapes a run gave; the float tensors among `values`, in order."""
+        for tensor_id, value in values.items():
+            tensor = self.tensors[tensor_id]
+            tensor.dtype, tensor.shape = value.dtype.name, tuple(value.shape)
+        return [t for t, value in values.items() if value.dtype.kind == "f"]
 
     def run(self, feed: dict[str, np.ndarray], keep: list[str], replace: dict[str, np.ndarray],
             runner_class) -> dict[str, np.ndarray]:

@@ -32,8 +32,8 @@ _FX_NODE = re.compile(r"^%(\S+)")
 _FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 _TORCH_FILE = re.compile(r"[\\/](site|dist)-packages[\\/]torch[\\/]")
 REPLACED = "{}::source"  # the graph input a replaced tensor's readers read instead
-RUN_BYTES = 1 << 30
-_BIASED = frozenset({"Conv", "Gemm", "ConvTranspose"})  # their third input is a bias they add  # kept tensors past this are fetched over several runs
+RUN_BYTES = 1 << 30  # kept tensors past this are fetched over several runs
+_BIASED = frozenset({"Conv", "Gemm", "ConvTranspose"})  # their third input is a bias they add
 
 
 class OnnxGraph(ArtifactGraph):
@@ -43,8 +43,8 @@ class OnnxGraph(ArtifactGraph):
         self.path = Path(path)
         self.model = load_structure(self.path).model
         graph = self.model.graph
-        typed = onnx.shape_inference.infer_shapes(self.model).graph
-        infos = {v.name: v for v in (*typed.input, *typed.value_info, *typed.output)}
+        # the types the file declares (no shape inference: what it leaves out, the first run tells)
+        infos = {v.name: v for v in (*graph.input, *graph.value_info, *graph.output)}
         for init in graph.initializer:  # typed by what they hold
             infos.setdefault(init.name, onnx.helper.make_tensor_value_info(init.name, init.data_type, init.dims))
         constants = {init.name for init in graph.initializer}
@@ -87,6 +87,19 @@ class OnnxGraph(ArtifactGraph):
                        if t and (t in outputs or any(r not in members for r in self.tensors[t].readers))]
             if len(leaving) == 1 and key not in self.tensors[leaving[0]].keys:
                 self.tensors[leaving[0]].keys += (key,)
+
+    def constant(self, tensor_id):
+        from onnx import numpy_helper
+
+        init = next((i for i in self.model.graph.initializer if i.name == tensor_id), None)
+        if init is None:
+            return None
+        if init.data_location == onnx.TensorProto.EXTERNAL:
+            from onnx.external_data_helper import load_external_data_for_tensor
+
+            init = onnx.TensorProto.FromString(init.SerializeToString())
+            load_external_data_for_tensor(init, str(self.path.parent))
+        return numpy_helper.to_array(init)
 
     def run(self, feed, keep, replace, runner_class):
         model = onnx.ModelProto()

@@ -72,6 +72,9 @@ class TfliteGraph(ArtifactGraph):
             self.output_names = {graph.tensors[i].name: str(i) for i in graph.outputs}
         self.outputs = [str(i) for i in graph.outputs]
 
+    def constant(self, tensor_id):
+        return self.model.constant(0, int(tensor_id))
+
     def _fused_activation(self, op) -> str | None:
         if not op.options_type:
             return None

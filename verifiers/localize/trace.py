@@ -22,6 +22,12 @@ import numpy as np
 
 # Ops that add (a bias, when their other operand is a constant), in PyTorch's and TensorFlow's traces.
 BIAS_ADDS = frozenset({"aten.add", "Add", "AddV2", "BiasAdd"})
+# Ops that only move, copy or relabel data, in PyTorch's and TensorFlow's traces.
+MOVES = frozenset({
+    "aten.clone", "aten.view", "aten._unsafe_view", "aten.reshape", "aten.transpose", "aten.permute", "aten.expand",
+    "aten.unsqueeze", "aten.squeeze", "aten.alias", "aten.detach", "aten.t", "aten._to_copy", "aten.contiguous",
+    "aten.flatten", "Identity", "Reshape", "Transpose", "ExpandDims", "Squeeze", "Cast",
+})
 
 
 @dataclass

@@ -3,7 +3,8 @@ that a reviewer opens in a browser.
 
 At the top the verdict and a table of the jobs (one for a single command). Per job: its
 failures; each output's error statistics with a histogram of the absolute errors by decade
-against its tolerance; each GELU site with a plot of what the artifact computed on the probes
+against its tolerance; where the difference starts (the first divergence, the ops after it, and
+a plot of the error along the graph's order, that op marked); each GELU site with a plot of what the artifact computed on the probes
 over the source's flavour and the other flavours of the catalogue, and the residuals to each;
 the target checks; notes, timings and versions. Plots are matplotlib figures inlined as SVG
 (their ids prefixed with the figure's number, so no two elements of the page share one).
@@ -119,10 +120,10 @@ class _Page:
         if report.failures:
             parts.append("<ul class='failures'>" + "".join(
                 f"<li><b>{_e(f.kind)}</b>: {_e(f.message)}</li>" for f in report.failures) + "</ul>")
-        if report.divergence.get("message"):
-            parts.append(f"<p class='divergence'><b>{_e(report.divergence['message'])}</b></p>")
         if report.outputs:
             parts.append(self._outputs(report))
+        if report.divergence.get("message"):
+            parts.append(self._divergence(report.divergence))
         if report.dynamic:
             parts.append(self._dynamic(report))
         if report.quantization.get("mode"):
@@ -160,6 +161,24 @@ class _Page:
         judged_by = ["SQNR dB", "cosine", "top-1 agreement"] if integer else ["out of tolerance", "atol / rtol"]
         parts = ["<h3>Outputs</h3>", _table(["output", "shape", "max abs err", "max rel err", *judged_by, ""], rows)]
         parts += [self.svg(_histogram(prefix + o.name, o)) for prefix, o in runs if o.error_histogram]
+        return "".join(parts)
+
+    def _divergence(self, divergence: dict) -> str:
+        """The line, the first divergence and the ops after it, and the error along the graph."""
+        parts = [f"<h3>Where the difference starts</h3><p class='divergence'><b>{_e(divergence['message'])}</b></p>",
+                 f"<p class='muted'>localised on {_e(divergence.get('batch'))}: {_e(divergence['aligned'])} of "
+                 f"{_e(divergence.get('computed'))} float tensors of the artifact matched with the source's</p>"]
+        first = divergence.get("first")
+        if first:
+            rows = [[("fail", "first"), _e(first["node"]), _e(first["op_type"]), _e(first["module"]),
+                     _e(first["source"]), _e(_g(first["introduced_max_abs"])), _e(_g(first["inherited_max_abs"])),
+                     _e(", ".join(first["covers"]))]]
+            rows += [["then", _e(step["node"]), _e(step["op_type"]), _e(step["module"]), _e(step["source"]),
+                      _e(_g(step["introduced_max_abs"])), _e(_g(step["inherited_max_abs"])), ""]
+                     for step in divergence.get("path", ())]
+            parts.append(_table(["", "op", "type", "module", "source", "introduces", "receives", "covers"], rows))
+        if divergence.get("profile"):
+            parts.append(self.svg(_profile_plot(divergence)))
         return "".join(parts)
 
     @staticmethod
@@ -230,6 +249,36 @@ def _histogram(name: str, result: OutputResult):
         axes.legend(fontsize=7)
     axes.set_title(f"output {name}: elements by |artifact - source|", fontsize=9)
     axes.set_ylabel("elements", fontsize=8)
+    return figure
+
+
+def _profile_plot(divergence: dict):
+    """The error along the graph's order: at each aligned tensor, the artifact's error as it runs
+    and the error its segment introduces when fed the source's values, against the tolerance;
+    the first divergence marked."""
+    from matplotlib.figure import Figure
+
+    profile = divergence["profile"]
+    order = [p["order"] for p in profile]
+    floor = 1e-12
+    figure = Figure(figsize=(9, 3))
+    axes = figure.subplots()
+    axes.semilogy(order, [max(p["max_abs"], floor) for p in profile], color="#3a6ea5", linewidth=1,
+                  label="error as the artifact runs")
+    axes.semilogy(order, [max(p["introduced_max_abs"], floor) for p in profile], ".", color="#1a1a1a", markersize=4,
+                  label="error an op introduces (fed the source's values)")
+    axes.semilogy(order, [max(p["tolerance"], floor) for p in profile], "--", color="#888", linewidth=0.8,
+                  label="tolerance (float32 rounding)")
+    first = divergence.get("first")
+    if first:
+        axes.axvline(first["index"], color="#b3261e", linewidth=1.2)
+        axes.annotate(f"first divergence: {first['op_type']} in {first['module'] or '<root>'}",
+                      (first["index"], max(first["introduced_max_abs"], floor)), fontsize=7, color="#b3261e",
+                      xytext=(5, 5), textcoords="offset points")
+    axes.set_xlabel("position in the artifact's graph", fontsize=8)
+    axes.set_ylabel("max abs err", fontsize=8)
+    axes.legend(fontsize=7, loc="lower right")
+    axes.set_title("error along the graph", fontsize=9)
     return figure
 
 

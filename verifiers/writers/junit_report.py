@@ -16,6 +16,10 @@ each with its one-line message on failure and its time:
   classname "dynamic" each dynamic axis ("x axis 1"): passing when the artifact holds at every size
                       tried, failing with the first difference or error at another size (or the
                       axis that came out static), skipped when no other size could be run
+  classname "divergence" where the outputs' difference starts, when it was localised: failing
+                      with the first divergence's line (the op, its module and source line, the
+                      error it introduces), skipped when no single op introduces it, passing when
+                      nothing diverges
 
 The suite's properties give the verdict, exit code, artifact, hash and versions.
 """
@@ -35,6 +39,7 @@ _OUTPUT_STEPS = ("run_artifact", "compare")
 _GELU_STEPS = ("gelu_source", "gelu", "gelu_sensitivity")
 _TARGET_STEPS = ("target_check",)
 _SIZE_STEPS = ("sizes",)
+_DIVERGENCE_STEPS = ("localize",)
 
 
 def write(report: Report, path: Path) -> None:
@@ -59,8 +64,8 @@ def testsuite(name: str, report: Report):
     for key, value in _properties(report).items():
         suite.add_property(key, value)
     placed: set[int] = set()
-    cases = [*_output_cases(report, placed), *_dynamic_cases(report, placed), *_gelu_cases(report, placed),
-             *_target_cases(report, placed)]
+    cases = [*_output_cases(report, placed), *_dynamic_cases(report, placed), *_divergence_cases(report),
+             *_gelu_cases(report, placed), *_target_cases(report, placed)]
     suite.add_testcase(_run_case(report, [f for f in report.failures if id(f) not in placed]))
     for case in cases:
         suite.add_testcase(case)
@@ -81,7 +86,7 @@ def _case(classname: str, name: str, seconds: float, failures: list[Finding] = (
 
 
 def _run_case(report: Report, unclaimed: list[Finding]):
-    claimed_steps = (*_OUTPUT_STEPS, *_SIZE_STEPS, *_GELU_STEPS, *_TARGET_STEPS)
+    claimed_steps = (*_OUTPUT_STEPS, *_SIZE_STEPS, *_DIVERGENCE_STEPS, *_GELU_STEPS, *_TARGET_STEPS)
     seconds = sum(t for step, t in report.timings.items() if step not in claimed_steps)
     case = _case("run", report.command, seconds, unclaimed)
     if report.notes:
@@ -124,6 +129,21 @@ def _about_axis(finding: Finding, entry: dict) -> bool:
     if "symbol" in about:
         return about["symbol"] == entry["symbol"]
     return (about["input"], about["axis"]) == (entry["input"], entry["axis"])
+
+
+def _divergence_cases(report: Report):
+    divergence = report.divergence
+    if not divergence.get("message"):
+        return
+    seconds = _share(report, _DIVERGENCE_STEPS, 1)
+    if divergence.get("first"):
+        yield _case("divergence", "first divergence", seconds, [Finding("numeric", divergence["message"])])
+    elif any(point["max_abs"] > point["tolerance"] for point in divergence.get("profile", ())):
+        yield _case("divergence", "first divergence", seconds, skipped=divergence["message"])
+    else:
+        case = _case("divergence", "first divergence", seconds)
+        case.system_out = divergence["message"]
+        yield case
 
 
 def _gelu_cases(report: Report, placed: set[int]):
