@@ -90,7 +90,7 @@ def localize(run, reload) -> None:
                            artifact_feed(runner, feed), runner_class, EPSILONS[mode], output_keys,
                            runtime=runner.runtime, step="localising the divergence", runner=runner)
     found = module_by_weights(found, source, trace)
-    report.divergence = {**found.to_dict(), "batch": which, "message": found.message()}
+    report.divergence = {**found.to_dict(), "batch": which, "message": found.message(bool(numeric_failures(report)))}
 
 
 def module_by_weights(divergence, source: Source, trace):

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from verifiers.localize.align import Anchor, admissible, align, dialect_of, module_paths, resolve_scope
+from verifiers.localize.align import DATA_MOVES, Anchor, admissible, align, dialect_of, module_paths, resolve_scope
 from verifiers.localize.graph import ArtifactGraph, open_graph
 from verifiers.localize.layouts import ValueIndex, max_abs, scale
 from verifiers.localize.trace import MOVES, SourceTrace
@@ -93,7 +93,9 @@ class Divergence:
                 "aligned": self.aligned, "computed": self.computed,
                 "profile": [asdict(p) for p in self.profile]}
 
-    def message(self) -> str:
+    def message(self, red: bool = False) -> str:
+        """One line; `red`: the outputs were found to differ (then nothing diverging means the
+        tolerances asked for are tighter than float32 rounding)."""
         first = self.first
         if first is not None:
             where = f" ({first.source})" if first.source else ""
@@ -104,6 +106,9 @@ class Divergence:
             worst = max(over, key=lambda p: p.max_abs)
             return (f"no op introduces more than float32 rounding: the difference accumulates over {len(over)} "
                     f"aligned tensor(s), up to max abs err {worst.max_abs:.3g} at {worst.node}")
+        if red:
+            return (f"no op introduces more than float32 rounding and all {self.aligned} aligned tensor(s) stay within "
+                    "it: the outputs differ by rounding alone")
         return f"no divergence: {self.aligned} aligned tensor(s) agree with the source"
 
 
@@ -282,7 +287,8 @@ class _Judge:
         for key in filter(None, map(trace.resolve, op.keys)):
             return trace[key].module, trace[key].location, "recorded"
         if anchor.tensor in op.outputs:
-            return trace[anchor.key].module, trace[anchor.key].location, "anchor"
+            key = anchor.key if op.op_type in DATA_MOVES else self._computed(anchor.key)
+            return trace[key].module, trace[key].location, "anchor"
         continued = self._continued(op, anchor)
         if continued is not None:
             return trace[continued].module, trace[continued].location, "inputs"
@@ -301,15 +307,30 @@ class _Judge:
             if trace[key].parent is not None:
                 return trace[key].parent
         held = {k for k in held if k}
+        if op.op_type in DATA_MOVES:  # a transpose or a reshape goes on with the source's own
+            moving = [key for key in covered if trace[key].op in MOVES and held & set(trace[key].inputs)]
+            if moving:
+                return moving[0]
         for key in covered:  # what a copy or a view of a held value holds is held too
             if trace[key].op in MOVES and held & set(trace[key].inputs):
                 held.add(key)
         computing = [key for key in covered if trace[key].op not in MOVES and held & set(trace[key].inputs)]
         return computing[0] if computing else None
 
+    def _computed(self, key: str) -> str:
+        """The op that computed a value, back through the copies and views that hold it (a
+        dropout's copy in inference holds what the layer before it computed)."""
+        trace = self.trace
+        while trace[key].op in MOVES and len(trace[key].inputs) == 1 and trace[key].inputs[0] in trace:
+            key = trace[key].inputs[0]
+        return key
+
     def _covers(self, op, anchor: Anchor) -> tuple[str, ...]:
+        """The source ops the op stands for: those the exporter names it after, else what its
+        segment computes (copies and views left out)."""
         own = list(dict.fromkeys(filter(None, map(self.trace.resolve, op.keys))))
-        return tuple(own or self._covered(anchor))
+        covered = self._covered(anchor)
+        return tuple(own or [k for k in covered if self.trace[k].op not in MOVES] or covered)
 
     def _path(self, anchor: Anchor, chain: list[int], points: list) -> tuple[Step, ...]:
         steps = []

@@ -47,8 +47,12 @@ class OnnxRuntimeRunner(Runner):
             if data_folder is not None:
                 options.add_session_config_entry(_EXTERNAL_DATA_FOLDER, str(data_folder))
                 # A variant runs a batch or two: packing its weights for the matmul kernels would copy
-                # them and cost more than it saves (data files stay memory-mapped without it).
+                # them and cost more than it saves (data files stay memory-mapped without it); nor does
+                # it need graph rewrites, whose constant folding fails on an artifact onnxruntime's own
+                # transformer optimizer wrote once its weights lie outside the model ("Attempt to
+                # replace the existing tensor").
                 options.add_session_config_entry(_DISABLE_PREPACKING, "1")
+                options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         else:
             self.path = source = Path(model)
             self._check_file(self.path)

@@ -1,0 +1,31 @@
+"""Localisation on third-party models exported by exportgate's routes, faults injected into the
+artifacts (fixtures/inject_faults.py): the first divergence is the faulted op, in the module and at
+the source line the exporters themselves record for it, and a faithful export has none. A few
+fault kinds per route here; every kind on every model is the slow corpus
+(tests/corpus/test_localization_corpus.py)."""
+
+import pytest
+
+from fixtures.localization_corpus import run_cell
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+CELLS = [
+    ("bert", "onnx-dynamo", ("weight_perturbed", "bias_zeroed", "softmax_axis", "where_inverted", "add_to_sub")),
+    ("bert", "tflite", ("weight_perturbed", "bias_zeroed", "transpose_perm", "layernorm_epsilon")),
+    ("cnn", "tflite", ("weight_perturbed", "activation_swapped")),
+    ("transformer_block", "onnx-tf2onnx", ("bias_zeroed", "transpose_perm", "mul_constant")),
+    ("transformer_block", "tflite", ("layernorm_gamma", "softmax_axis", "attention_scale")),
+]
+
+
+@pytest.mark.parametrize(("model", "route", "kinds"), CELLS, ids=[f"{m}-{r}" for m, r, _ in CELLS])
+def test_faults_are_found_where_the_exporter_put_them(tmp_path, model, route, kinds):
+    cell = run_cell(model, route, tmp_path, kinds)
+
+    assert not cell.clean_first and cell.clean.startswith("no divergence"), cell.clean
+    assert [case.kind for case in cell.cases] == list(kinds), cell.absent
+    for case in cell.cases:
+        assert case.first, (case.kind, case.fault, case.message)
+        assert case.module is not False, (case.kind, case.found, case.expected)
+        assert case.source is not False, (case.kind, case.found, case.expected)
