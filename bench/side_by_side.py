@@ -28,8 +28,9 @@ class Runs:
     rss: list[float] = field(default_factory=list)  # GB
 
 
-def run_once(command: list[str], cwd: Path) -> tuple[float, float]:
-    """(wall seconds, peak RSS of the process tree in GB) of one run; raises when it fails."""
+def run_once(command: list[str], cwd: Path, expect: int = 0) -> tuple[float, float]:
+    """(wall seconds, peak RSS of the process tree in GB) of one run; raises when it does not exit
+    with `expect`."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     start = time.perf_counter()
     process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -41,7 +42,7 @@ def run_once(command: list[str], cwd: Path) -> tuple[float, float]:
     wall = time.perf_counter() - start
     sampler.join()
     code = os.waitstatus_to_exitcode(status)
-    if code != 0:
+    if code != expect:
         raise SystemExit(f"{' '.join(command)} failed with exit {code}:\n{stderr.decode()[-3000:]}")
     return wall, max(peak[0], usage.ru_maxrss * 1024) / 1e9  # ru_maxrss is in KiB on Linux
 
@@ -77,13 +78,14 @@ def _rss(pid: int) -> int:
 
 
 def compare(pairs: list[tuple[str, list[str], str, list[str]]], rounds: int, cwd: Path,
-            goals: dict[str, tuple[float, float]] | None = None) -> None:
-    """For each (label, exportgate command, label, hand-written command): `rounds` alternating runs."""
+            goals: dict[str, tuple[float, float]] | None = None, expect: int = 0) -> None:
+    """For each (label, exportgate command, label, hand-written command): `rounds` alternating
+    runs, each expected to exit with `expect`."""
     for gate_name, gate, hand_name, hand in pairs:
         a, b = Runs(gate_name), Runs(hand_name)
         for i in range(rounds):
             for runs, command in ((a, gate), (b, hand)):
-                wall, rss = run_once(command, cwd)
+                wall, rss = run_once(command, cwd, expect)
                 runs.walls.append(wall)
                 runs.rss.append(rss)
                 print(f"  round {i + 1}: {runs.name}: {wall:.2f} s, {rss:.2f} GB", file=sys.stderr, flush=True)

@@ -102,6 +102,8 @@ def _reference_at_sizes(run: Checked) -> None:
 
 
 def _localize(run: Checked) -> None:
+    if run.runner is not None:
+        run.runner.close()
     localization.localize(run, lambda: localization.reload_source(
         run.source.spec, run.input_specs, _default_inputs(run), run.trust_source))
 
@@ -413,8 +415,6 @@ EXPORT_STEPS = (
          message=lambda run: f"loading the artifact in {runtime_for(run.to).runtime}", when=lambda run: run.verifying),
     Step("compare", _exported_artifact_loads(_compare), when=lambda run: run.verifying, timed=False),
     Step("sizes", _exported_artifact_loads(_exported_at_sizes), when=lambda run: run.verifying, timed=False),
-    Step("localize", _exported_artifact_loads(_localize), message=lambda run: "localising the divergence",
-         when=lambda run: run.verifying and localization.wanted(run.localize, run.report)),
     Step("layers", lambda run: _diagnose_layers(run, _exported_float_twin(run)),
          when=lambda run: run.verifying and run.quantize == "int8" and bool(integer.weak_outputs(run.report))),
     Step("gelu", _exported_artifact_loads(_judge_gelu),
@@ -422,6 +422,9 @@ EXPORT_STEPS = (
          when=lambda run: run.verifying),
     Step("gelu_sensitivity", _exported_artifact_loads(_gelu_sensitivity),
          when=lambda run: run.verifying and _sensitivity_applies(run)),
+    # Last of the checks: the artifact's runner goes first, its memory with it.
+    Step("localize", _exported_artifact_loads(_localize), message=lambda run: "localising the divergence",
+         when=lambda run: run.verifying and localization.wanted(run.localize, run.report)),
     Step("publish", _publish),
 )
 
@@ -566,13 +569,14 @@ VERIFY_STEPS = (
     Step("load_artifact", lambda run: run.runner.wait_loaded()),  # what is left of the load
     Step("compare", _compare, timed=False),
     Step("sizes", _compare_at_sizes, timed=False),
-    Step("localize", _localize, message=lambda run: "localising the divergence",
-         when=lambda run: localization.wanted(run.localize, run.report)),
     Step("layers", lambda run: _diagnose_layers(run, _verified_float_twin(run)),
          when=lambda run: _integer_artifact(run) and bool(integer.weak_outputs(run.report))),
     Step("gelu", _judge_gelu,
          message=lambda run: run.gelu_guard and "finding the GELU sites of the source and measuring the artifact's"),
     Step("gelu_sensitivity", _gelu_sensitivity, when=_sensitivity_applies),
+    # Last: the artifact's runner goes first, its memory with it.
+    Step("localize", _localize, message=lambda run: "localising the divergence",
+         when=lambda run: localization.wanted(run.localize, run.report)),
 )
 
 

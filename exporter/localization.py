@@ -1,6 +1,8 @@
 """Localising a red run, the model layer's part: which batch failed, the source traced op by op on
-it (loaded again when the run had let it go), and the artifact layer's verifiers.localize run in the
-artifact's runtime worker. The report gets `divergence` and one line for every writer.
+it (loaded again when the run had let it go), and the artifact layer's verifiers.localize run in a
+runtime worker of its own (the runner's keeps its session, and a runtime that crashes on the
+inspection models takes no later step with it). The report gets `divergence` and one line for
+every writer; a localisation that fails is a note, never a change of verdict.
 
 A red numeric run is localised unless --no-localize; --localize localises a green one too.
 """
@@ -25,8 +27,10 @@ SAME_OUTPUTS_RTOL = 1e-6  # a source loaded again must give the outputs it gave 
 
 
 def numeric_failures(report: Report) -> list[Finding]:
-    """The numeric findings about the artifact as it is (not as it was before a --gelu rewrite)."""
-    return [f for f in report.failures if f.kind == "numeric" and f.data.get("compared") != BEFORE_REWRITE]
+    """The outputs found to differ, in the artifact as it is (not as it was before a --gelu
+    rewrite); an artifact that fails to run at some size has nothing there to localise."""
+    return [f for f in report.failures if f.kind == "numeric" and f.data.get("compared") != BEFORE_REWRITE
+            and "max_abs_err" in f.data]
 
 
 def wanted(localize: bool | None, report: Report) -> bool:
@@ -80,15 +84,19 @@ def localize(run, reload) -> None:
     report.notes.extend(f"localisation: {note}" for note in trace.notes)
     from verifiers.localize.divergence import localize as localize_artifact
 
-    runner = run.runner
+    runner = run.runner  # closed: its inputs, outputs and runtime are what is asked of it
     runner_class = runtime_for(run.artifact.format.name, runner.runtime)
     run.progress("running the artifact with every tensor kept, then with the source's values fed in")
     comparison = run.comparison
     output_keys = {comparison.artifact_names[art]: trace.outputs[ref] for ref, art in comparison.pairs
                    if ref < len(trace.outputs)}
-    found = isolation.call(localize_artifact, run.artifact.format.name, run.artifact.path, trace,
-                           artifact_feed(runner, feed), runner_class, EPSILONS[mode], output_keys,
-                           runtime=runner.runtime, step="localising the divergence", runner=runner)
+    try:
+        found = isolation.call(localize_artifact, run.artifact.format.name, run.artifact.path, trace,
+                               artifact_feed(runner, feed), runner_class, EPSILONS[mode], output_keys,
+                               runtime=runner.runtime, step="localising the divergence")
+    except Exception as exc:  # noqa: BLE001 - a diagnosis never changes the run's verdict
+        report.notes.append(f"localisation: the artifact could not be run with its tensors kept: {one_line(exc)}")
+        return
     found = module_by_weights(found, source, trace)
     report.divergence = {**found.to_dict(), "batch": which, "message": found.message(bool(numeric_failures(report)))}
 

@@ -80,12 +80,14 @@ def _target_name(target) -> str:
 
 
 def _as_array(value) -> np.ndarray:
+    """The tensor's values as an array sharing its memory (an exported program computes every
+    node into a tensor of its own; a float of another width is widened to float32)."""
     import torch
 
     value = value.detach()
     if value.is_floating_point() and value.dtype != torch.float32:
         value = value.float()
-    return value.contiguous().numpy().copy()
+    return value.contiguous().numpy()
 
 
 class _Recorder:
