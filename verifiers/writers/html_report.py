@@ -126,7 +126,7 @@ class _Page:
             parts.append(self._divergence(report.divergence))
         if report.dynamic:
             parts.append(self._dynamic(report))
-        if report.quantization.get("mode"):
+        if report.quantization.get("mode") not in (None, "float"):
             parts.append(self._quantization(report))
         if report.gelu or report.gelu_guard != "not run":
             parts.append(self._gelu(report))
