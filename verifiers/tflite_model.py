@@ -69,6 +69,21 @@ def schema():
     return schema_py_generated
 
 
+def unpack(content: bytes):
+    """A .tflite flatbuffer as the schema's object API (a ModelT to edit; buffers stay numpy views)."""
+    s = schema()
+    return s.ModelT.InitFromObj(s.Model.GetRootAs(content, 0))
+
+
+def pack(model) -> bytes:
+    """Serialize a schema ModelT with the TFL3 file identifier."""
+    import flatbuffers
+
+    builder = flatbuffers.Builder(1024)
+    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+    return bytes(builder.Output())
+
+
 def _enum_names(enum_class) -> dict[int, str]:
     return {v: k for k, v in vars(enum_class).items() if not k.startswith("_") and isinstance(v, int)}
 

@@ -34,12 +34,13 @@ import numpy as np
 
 from verifiers.gelu.catalogue import TANH, TFLITE, claim_for, claimed_by, flavour
 from verifiers.gelu.onnx_writer import CONSTANTS, FORMS
-from verifiers.gelu.tflite_fingerprint import pack
 from verifiers.tflite_model import (
     MIN_RUNTIME_VERSION_KEY,
     builtin_name,
     min_runtime_version_for,
+    pack,
     schema,
+    unpack,
 )
 
 GELU = 150
@@ -176,8 +177,7 @@ def lower_gelu_ops(content: bytes) -> bytes:
     Raises ValueError for a GELU on a tensor that is not float32 (int8 GELU, op version 2) and
     for models whose buffers live outside the flatbuffer (> 2 GB, offset/size buffers).
     """
-    s = schema()
-    model = s.ModelT.InitFromObj(s.Model.GetRootAs(content, 0))
+    model = unpack(content)
     if not any(_code(opcode) == GELU for opcode in model.operatorCodes or []):
         return bytes(content)
     if any(buffer.offset > 1 for buffer in model.buffers or []):
@@ -194,7 +194,7 @@ def set_gelu_approximate(content: bytes) -> bytes:
     added where it has none): the tanh flavour, for the --gelu tanh policy. Byte for byte when
     every GELU is tanh already."""
     s = schema()
-    model = s.ModelT.InitFromObj(s.Model.GetRootAs(content, 0))
+    model = unpack(content)
     if any(buffer.offset > 1 for buffer in model.buffers or []):
         raise ValueError("buffers stored outside the flatbuffer (offset/size) are not supported")
     changed = 0

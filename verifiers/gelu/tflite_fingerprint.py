@@ -25,7 +25,7 @@ import numpy as np
 
 from verifiers.runtimes import Runner, runtime_for
 from verifiers.runtimes.isolation import counted
-from verifiers.tflite_model import TFLiteModel, as_model, schema
+from verifiers.tflite_model import TFLiteModel, as_model, pack, schema
 
 from .catalogue import UNKNOWN, Site
 from .classification import FLOAT32_TOLERANCE, Classification, classify, probe_inputs
@@ -136,13 +136,6 @@ def probe_model(graph: TFLiteGraph, site: Site) -> bytes:
     return pack(out)
 
 
-def pack(model) -> bytes:
-    """Serialize a schema ModelT with the TFL3 file identifier."""
-    import flatbuffers
-
-    builder = flatbuffers.Builder(1024)
-    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
-    return bytes(builder.Output())
 
 
 def run_probe(content: bytes, x: np.ndarray, xnnpack: bool = False, runner: type[Runner] | None = None) -> np.ndarray:

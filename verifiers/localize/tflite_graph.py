@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from verifiers.localize.graph import ArtifactGraph, OpView, Scope, TensorView
-from verifiers.tflite_model import NUMPY_DTYPES, load_tflite, schema, tflite_op_labels, user_scope
+from verifiers.tflite_model import NUMPY_DTYPES, load_tflite, pack, schema, tflite_op_labels, unpack, user_scope
 
 # ActivationFunctionType -> the activation fused into an op (NONE and SIGN_BIT are none).
 FUSED_ACTIVATIONS = {1: "RELU", 2: "RELU_N1_TO_1", 3: "RELU6", 4: "TANH"}
@@ -89,10 +89,8 @@ class TfliteGraph(ArtifactGraph):
     def _rewritten(self, replace: dict[str, np.ndarray], feed: dict[str, np.ndarray]) -> bytes:
         """The flatbuffer with each replaced tensor read from a new input (fed under its index in
         `feed`, which this adds to) and no signatures."""
-        from verifiers.gelu.tflite_fingerprint import pack
-
         s = schema()
-        model = s.ModelT.InitFromObj(s.Model.GetRootAs(self.model.data, 0))
+        model = unpack(self.model.data)
         if any(buffer.offset > 1 for buffer in model.buffers or []):
             raise ValueError("buffers stored outside the flatbuffer (offset/size) cannot be rewritten")
         graph = model.subgraphs[0]
