@@ -213,6 +213,8 @@ class _Judge:
         trace, stop = self.trace, set()
         for boundary in self._boundary(anchor):
             parent = trace[boundary.key].parent
+            if boundary.key == anchor.key:  # it reads the op's own value (a MatMul before a zero bias)
+                parent = boundary.key
             stop.update(trace[parent].inputs if parent is not None else (boundary.key,))
         return trace.ancestors(anchor.key, stop)
 

@@ -49,6 +49,13 @@ class OnnxGraph(ArtifactGraph):
             infos.setdefault(init.name, onnx.helper.make_tensor_value_info(init.name, init.data_type, init.dims))
         constants = {init.name for init in graph.initializer}
         constants |= {o for node in graph.node if node.op_type == "Constant" for o in node.output}
+        # An Identity of a constant is that constant under another name (the TorchScript exporter
+        # writes weights that hold the same values, e.g. freshly initialised biases, that way).
+        self.aliases = {}
+        for node in graph.node:
+            if node.op_type == "Identity" and node.input[0] in constants:
+                constants.add(node.output[0])
+                self.aliases[node.output[0]] = self.aliases.get(node.input[0], node.input[0])
         self.tensors = {}
         for name in [*(v.name for v in graph.input), *(init.name for init in graph.initializer)]:
             self.tensors.setdefault(name, _tensor(name, infos.get(name), name in constants))
@@ -91,6 +98,7 @@ class OnnxGraph(ArtifactGraph):
     def constant(self, tensor_id):
         from onnx import numpy_helper
 
+        tensor_id = self.aliases.get(tensor_id, tensor_id)
         init = next((i for i in self.model.graph.initializer if i.name == tensor_id), None)
         if init is None:
             return None
