@@ -8,6 +8,7 @@ The API never prints: progress on long steps goes to the `progress` callback.
 from __future__ import annotations
 
 import contextlib
+import filecmp
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,6 +79,7 @@ class Checked:
     localize: bool | None = None  # --localize (True), --no-localize (False), else a red numeric run only
     input_specs: list[InputSpec] = field(default_factory=list)
     trust_source: bool = False
+    task: str | None = None  # a transformers model folder's task (exporter.model_tasks); None: inferred
 
 
 # ---- steps shared by export and verify ------------------------------------------------------------
@@ -105,7 +107,7 @@ def _localize(run: Checked) -> None:
     if run.runner is not None:
         run.runner.close()
     localization.localize(run, lambda: localization.reload_source(
-        run.source.spec, run.input_specs, _default_inputs(run), run.trust_source))
+        run.source.spec, run.input_specs, _default_inputs(run), run.trust_source, run.report.task))
 
 
 def _default_inputs(run: Checked):
@@ -144,7 +146,7 @@ def _exported_at_sizes(run: Exported) -> None:
 
 def _judge_gelu(run: Checked) -> None:
     run.artifact_sites = judge_gelu(run.report, run.artifact, run.captured, run.comparison, run.declared,
-                                    run.progress)
+                                    run.progress, configured=run.source.configured)
 
 
 def _gelu_sensitivity(run: Checked) -> None:
@@ -249,8 +251,9 @@ def _export_options(run: Exported) -> None:
 
 
 def _load_source(run: Exported) -> None:
-    run.source = load_source(run.model, run.input_specs, trust_source=run.trust_source)
-    _hash_source_files(run)
+    run.source = load_source(run.model, run.input_specs, trust_source=run.trust_source, task=run.task)
+    _record_source(run)
+    _check_beside(run)
     run.route = route_for(run.source.framework.name, run.to, run.exporter, run.quantize)
     ranks = {spec.name: len(spec.shape) for spec in run.source.inputs}
     for axis in run.axes:
@@ -272,14 +275,34 @@ def _load_source(run: Exported) -> None:
 
 
 def _declared_dynamic(run: Exported) -> list[DynamicAxis]:
-    """The axes the model declares dynamic, unless the target takes static shapes only: then they
-    are exported at their example sizes (an axis asked for with --dynamic is checked, and refused)."""
-    if run.target is None or not run.target.static_shapes or not run.source.dynamic:
+    """The axes the model declares dynamic (Keras None, a model folder's task axes), unless the
+    target takes or the route exports static shapes only: then they are exported at their example
+    sizes (an axis asked for with --dynamic is checked, and refused)."""
+    static = (f"{run.target.name} takes" if run.target is not None and run.target.static_shapes
+              else f"{'/'.join(run.route.exporters)} exports" if run.route.static_shapes else None)
+    if static is None or not run.source.dynamic:
         return run.source.dynamic
     axes = ", ".join(f"{a.input} axis {a.axis}" for a in run.source.dynamic)
-    run.report.notes.append(f"{run.target.name} takes static shapes only: {axes}, dynamic in the model, "
-                            "exported at the example size")
+    run.report.notes.append(f"{static} static shapes only: {axes}, dynamic in the model, exported at the example size")
     return []
+
+
+def _check_beside(run: Exported) -> None:
+    """The files published beside the artifact must not replace another model's: a file of the same
+    name and other content in --out's folder stops the run before anything is written."""
+    for file in run.source.beside:
+        there = run.out.parent / file.name
+        if there.exists() and not (there.is_file() and filecmp.cmp(file, there, shallow=False)):
+            raise BadInput(f"--out {run.out}: {there} exists and is not {file}, which is published beside the "
+                           "artifact; give --out in a folder of its own")
+
+
+def _record_source(run: Checked) -> None:
+    """What the report says of the source: a model folder's model type and task, and the files it
+    was built from (hashed beside the rest of the run)."""
+    run.report.model_type = run.source.facts.get("model_type")
+    run.report.task = run.source.facts.get("task")
+    _hash_source_files(run)
 
 
 def _hash_source_files(run: Checked) -> None:
@@ -377,10 +400,11 @@ def _publish(run: Exported) -> None:
     if run.report.exit_code == 0:
         # The report is written first: nothing is published that its report does not describe.
         run.report.artifact = artifact_info(run.artifact, published_as=run.out, digests=run.digests)
+        run.report.published_beside = [file.name for file in run.source.beside]
         _report_source_files(run)
         write_reports(run.report, run.reports)
         try:
-            run.staging.publish(run.artifact.companion_files())
+            run.staging.publish(run.artifact.companion_files(), run.source.beside)
         except OSError as exc:
             raise BadInput(f"--out {run.out}: could not publish the artifact there: {one_line(exc)}") from exc
     else:
@@ -450,6 +474,7 @@ def export(
     min_sqnr: float | None = None,
     min_top1: float | None = None,
     localize: bool | None = None,
+    task: str | None = None,
     seed: int = 0,
     batches: int = DEFAULT_BATCHES,
     verify: bool = True,
@@ -467,8 +492,8 @@ def export(
     run = Exported(report, progress, model=model, to=to, out=Path(out), opset=opset, exporter=exporter,
                    quantize=quantize, io=io, calibration=calibration, allow_float_ops=allow_float_ops,
                    target_name=target, gelu=gelu, matrix=matrix, inputs=inputs, dynamic=dynamic,
-                   atol=atol, rtol=rtol, min_sqnr=min_sqnr, min_top1=min_top1, localize=localize, seed=seed,
-                   batches=batches,
+                   atol=atol, rtol=rtol, min_sqnr=min_sqnr, min_top1=min_top1, localize=localize, task=task,
+                   seed=seed, batches=batches,
                    verify=verify, gelu_guard=gelu_guard, allow_nonfinite=allow_nonfinite, trust_source=trust_source,
                    reports=_reports(report_path, reports))
     return run_steps(report, EXPORT_STEPS, run, progress, run.reports)
@@ -529,8 +554,8 @@ def _report_artifact(run: Verified | Checking, digests: Digests) -> None:
 
 def _verified_source(run: Verified) -> None:
     run.source = load_source(run.model, run.input_specs, default_inputs=lambda: specs_of_tensors(run.runner.inputs),
-                             trust_source=run.trust_source)
-    _hash_source_files(run)
+                             trust_source=run.trust_source, task=run.task)
+    _record_source(run)
     run.feeds = make_batches(run.source, run.seed, run.batches)
     run.report.example_batch = run.source.example is not None
     run.axes = artifact_axes(run.runner.inputs)
@@ -595,6 +620,7 @@ def verify(
     min_sqnr: float | None = None,
     min_top1: float | None = None,
     localize: bool | None = None,
+    task: str | None = None,
     trust_source: bool = False,
     report_path: str | Path | None = None,
     reports: Mapping[str, str | Path] | None = None,
@@ -605,7 +631,7 @@ def verify(
     report = Report(command="verify", model=source, seed=seed, batches=batches)
     run = Verified(report, progress, path=Path(artifact), model=source, runtime=runtime, inputs=inputs, atol=atol,
                    rtol=rtol, seed=seed, batches=batches, gelu_guard=gelu_guard, allow_nonfinite=allow_nonfinite,
-                   min_sqnr=min_sqnr, min_top1=min_top1, localize=localize, trust_source=trust_source,
+                   min_sqnr=min_sqnr, min_top1=min_top1, localize=localize, task=task, trust_source=trust_source,
                    reports=_reports(report_path, reports))
     return run_steps(report, VERIFY_STEPS, run, progress, run.reports)
 

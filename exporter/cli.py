@@ -64,7 +64,11 @@ MemoryOption = Annotated[Optional[float], typer.Option(
     "machine's RAM.")]
 TrustSourceOption = Annotated[bool, typer.Option(
     "--trust-source", help="Load a model file whose loading can run code it carries (a .pt2: torch.export.load "
-    "unpickles). Without it such files are refused.")]
+    "unpickles; a model folder's pickled weights or its own code). Without it such files are refused.")]
+TaskOption = Annotated[Optional[str], typer.Option(
+    "--task", help="A transformers model folder's task (feature-extraction, fill-mask, text-classification, "
+    "token-classification, question-answering, multiple-choice, image-classification, semantic-segmentation, "
+    "object-detection, text-generation, text2text-generation). Default: the one its config's architecture does.")]
 MatrixOption = Annotated[Optional[Path], typer.Option(
     "--matrix", help="A YAML file of targets that adds to or overrides opset_matrix.yaml.")]
 
@@ -234,7 +238,8 @@ def hide_framework_chatter() -> None:
 
 @app.command()
 def export(
-    model: Annotated[str, typer.Argument(help="file.py:callable, model.keras or model.pt2")],
+    model: Annotated[str, typer.Argument(help="file.py:callable, model.keras, model.pt2 or a transformers "
+                                              "model folder (save_pretrained)")],
     to: Annotated[str, typer.Option("--to", help="Artifact format: onnx or tflite.")],
     out: Annotated[Path, typer.Option("--out", help="Where the verified artifact goes.")],
     opset: Annotated[Optional[int], typer.Option("--opset", help="ONNX opset (default domain) to export at.")] = None,
@@ -273,6 +278,7 @@ def export(
     min_top1: MinTop1Option = None,
     localize: LocalizeOption = None,
     trust_source: TrustSourceOption = False,
+    task: TaskOption = None,
     timeout: TimeoutOption = None,
     memory_limit: MemoryOption = None,
     report: ReportOption = None,
@@ -293,7 +299,7 @@ def export(
             atol=atol, rtol=rtol, min_sqnr=min_sqnr, min_top1=min_top1, localize=localize, seed=seed,
             batches=batches,
             verify=not no_verify, gelu_guard=not no_gelu_guard, allow_nonfinite=allow_nonfinite,
-            trust_source=trust_source, reports=_reports(report, junit, html, summary),
+            trust_source=trust_source, task=task, reports=_reports(report, junit, html, summary),
             progress=progress,
         )
     _finish(result, as_json)
@@ -302,7 +308,8 @@ def export(
 @app.command()
 def verify(
     artifact: Annotated[Path, typer.Argument(help="The .onnx or .tflite artifact to check.")],
-    source: Annotated[str, typer.Option("--source", help="The source model: file.py:callable, .keras or .pt2.")],
+    source: Annotated[str, typer.Option("--source", help="The source model: file.py:callable, .keras, .pt2 or a "
+                                                          "transformers model folder.")],
     runtime: Annotated[Optional[str], typer.Option(
         "--runtime", help="The runtime to run ARTIFACT in (default: the one its format names: onnxruntime for "
         "ONNX, ai-edge-litert for TFLite).")] = None,
@@ -317,6 +324,7 @@ def verify(
     min_top1: MinTop1Option = None,
     localize: LocalizeOption = None,
     trust_source: TrustSourceOption = False,
+    task: TaskOption = None,
     timeout: TimeoutOption = None,
     memory_limit: MemoryOption = None,
     report: ReportOption = None,
@@ -333,7 +341,8 @@ def verify(
             _command_progress(quiet) as progress:
         result = api.verify(artifact, source=source, runtime=runtime, inputs=inputs, atol=atol, rtol=rtol, seed=seed,
                             batches=batches, gelu_guard=not no_gelu_guard, allow_nonfinite=allow_nonfinite,
-                            min_sqnr=min_sqnr, min_top1=min_top1, localize=localize, trust_source=trust_source,
+                            min_sqnr=min_sqnr, min_top1=min_top1, localize=localize, task=task,
+                            trust_source=trust_source,
                             reports=_reports(report, junit, html, summary), progress=progress)
     _finish(result, as_json)
 

@@ -13,6 +13,10 @@
     atol = ["1e-4", "logits=1e-5"]
     files = ["weights"]               # files it reads unseen (native loaders): a change runs it again
 
+    [models.classifier]               # a transformers model folder (every file in it is hashed)
+    spec = "classifier"
+    task = "text-classification"      # default: the one its config's architecture does
+
     [artifacts.onnx17]                # an artifact: format and the options that make it
     to = "onnx"
     opset = 17
@@ -72,6 +76,7 @@ _OPTIONS = {
     "gelu_guard": ("true or false", lambda v: v if isinstance(v, bool) else None),
     "allow_nonfinite": ("true or false", lambda v: v if isinstance(v, bool) else None),
     "trust_source": ("true or false", lambda v: v if isinstance(v, bool) else None),
+    "task": ("a task name (feature-extraction, text-generation, ...)", lambda v: v if isinstance(v, str) and v else None),
 }
 _MODEL_KEYS = {"spec", "files", "artifacts"}
 _ARTIFACT_KEYS = {"models"}
@@ -178,11 +183,13 @@ def _job(model_name: str, models: dict, artifact_name: str, artifact: dict, defa
     spec = model.get("spec")
     if not isinstance(spec, str) or not spec:
         raise BadInput(f"{where}: job {job_id}: spec: [models.{model_name}] needs spec = \"file.py:callable\" "
-                       "(or a .keras or .pt2 file)")
+                       "(or a .keras or .pt2 file, or a transformers model folder)")
     model_path, sep, attr = spec.rpartition(":")
     file = base / (model_path if sep and model_path.endswith(".py") else spec)
-    if not file.is_file():
-        raise BadInput(f"{where}: job {job_id}: spec: {file}: no such file")
+    if not (file.is_file() or (file / "config.json").is_file()):
+        raise BadInput(f"{where}: job {job_id}: spec: {file}: "
+                       + ("a folder without config.json (not a transformers model folder)" if file.is_dir()
+                          else "no such file"))
     extra = _strings(model.get("files", []))
     if extra is None:
         raise BadInput(f"{where}: job {job_id}: files: must be a path or a list of paths")
@@ -213,7 +220,8 @@ def _job(model_name: str, models: dict, artifact_name: str, artifact: dict, defa
 # export's option for each config field, as its messages name them
 _FLAGS = {"to": "--to", "opset": "--opset", "target": "--target", "gelu": "--gelu", "quantize": "--quantize",
           "io": "--io", "calibration": "--calibration", "min_sqnr": "--min-sqnr", "min_top1": "--min-top1",
-          "exporter": "--exporter", "dynamic": "--dynamic", "inputs": "--input", "atol": "--atol", "rtol": "--rtol"}
+          "exporter": "--exporter", "dynamic": "--dynamic", "inputs": "--input", "atol": "--atol", "rtol": "--rtol",
+          "task": "--task"}
 
 
 def _field_of(message: str, options: dict[str, Any]) -> str | None:

@@ -265,7 +265,7 @@ def export_arguments(job: Job, out: Path, report: Path, limits: dict) -> list[st
     for key, flag in (("opset", "--opset"), ("target", "--target"), ("gelu", "--gelu"), ("quantize", "--quantize"),
                       ("io", "--io"), ("calibration", "--calibration"), ("min_sqnr", "--min-sqnr"),
                       ("min_top1", "--min-top1"), ("exporter", "--exporter"), ("seed", "--seed"),
-                      ("batches", "--batches")):
+                      ("batches", "--batches"), ("task", "--task")):
         if key in options:
             args += [flag, str(options[key])]
     for key, flag in (("dynamic", "--dynamic"), ("inputs", "--input"), ("atol", "--atol"), ("rtol", "--rtol")):

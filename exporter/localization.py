@@ -118,8 +118,8 @@ def module_by_weights(divergence, source: Source, trace):
     return replace(divergence, first=replace(first, module=module, source=location, evidence="weights"))
 
 
-def reload_source(spec: str, input_specs, default_inputs, trust_source: bool) -> Source:
-    return load_source(spec, input_specs, default_inputs=default_inputs, trust_source=trust_source)
+def reload_source(spec: str, input_specs, default_inputs, trust_source: bool, task: str | None = None) -> Source:
+    return load_source(spec, input_specs, default_inputs=default_inputs, trust_source=trust_source, task=task)
 
 
 def _same_outputs(source: Source, feed: dict, outputs: list[np.ndarray]) -> bool:

@@ -13,7 +13,14 @@ from typing import Any
 import numpy as np
 
 from verifiers.errors import BadInput, ExportgateError, one_line
-from verifiers.sizes import DynamicAxis, artifact_axes, default_sizes
+from verifiers.gelu.configured import Declared
+from verifiers.sizes import (
+    DynamicAxis,
+    artifact_axes,
+    default_sizes,
+    is_padding_mask,
+    padding_mask,
+)
 
 SUPPORTED_DTYPES = {
     "float32", "float16", "float64", "bfloat16", "int8", "int16", "int32", "int64", "uint8", "bool",
@@ -49,6 +56,9 @@ class Source:
     notes: list[str] = field(default_factory=list)
     files: list[Path] = field(default_factory=list)  # what it was built from (exporter.source_files)
     dynamic: list[DynamicAxis] = field(default_factory=list)  # axes the model declares dynamic (Keras None)
+    facts: dict[str, str] = field(default_factory=dict)  # a model folder's model_type and task (report fields)
+    configured: Declared | None = None  # the activations its config declares (a model folder)
+    beside: list[Path] = field(default_factory=list)  # published beside the artifact (a model folder's tokenizer)
 
     @property
     def input_names(self) -> list[str]:
@@ -207,7 +217,11 @@ def make_batches(source: Source, seed: int, count: int) -> list[dict[str, np.nda
 
 
 def random_array(spec: InputSpec, rng: np.random.Generator, example: dict | None) -> np.ndarray:
+    """Seeded values for one input: like the example's where it has one (a padding mask stays one:
+    no row without a position to attend to), else in the spec's range."""
     dtype = np.dtype("float32" if spec.dtype == "bfloat16" else spec.dtype)
+    if example is not None and spec.name in example and is_padding_mask(np.asarray(example[spec.name])):
+        return padding_mask(spec.shape, dtype, rng)
     if dtype.kind == "b":
         return rng.integers(0, 2, size=spec.shape).astype(bool)
     if dtype.kind in "iu":

@@ -123,10 +123,13 @@ class Staging:
             shutil.copy2(self.folder / file, folder / file)
         return folder / self.out.name
 
-    def publish(self, companions: list[str]) -> Path:
-        """Move the artifact to --out, its companion files (as the artifact lists them) first so the
-        model never names a missing file."""
-        for name in companions:
+    def publish(self, companions: list[str], beside: list[Path] = ()) -> Path:
+        """Move the artifact to --out, its companion files (as the artifact lists them) and the
+        files that travel with it (`beside`: copied in, then moved) first, so the model never names
+        a missing file and nothing stands half-written beside it."""
+        for file in beside:
+            shutil.copyfile(file, self.folder / file.name)
+        for name in [*companions, *(file.name for file in beside)]:
             os.replace(self.folder / name, self.out.parent / name)
         os.replace(self.path, self.out)
         return self.out

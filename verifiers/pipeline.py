@@ -14,6 +14,7 @@ import numpy as np
 from verifiers.compare import Tolerances, compare_outputs, match_outputs
 from verifiers.errors import BadInput, ExportgateError, one_line
 from verifiers.formats import Artifact, detect_format, measured_sites, opened
+from verifiers.gelu.configured import Declared
 from verifiers.quant_metrics import dequantize, quantize
 from verifiers.report import Report
 from verifiers.steps import Progress, count, silent
@@ -121,15 +122,18 @@ class Comparison:
 
 
 def judge_gelu(report: Report, artifact: Artifact, captured: list | str | None, comparison: Comparison,
-               declared: dict[str, str] | None = None, progress: Progress = silent) -> list | None:
+               declared: dict[str, str] | None = None, progress: Progress = silent,
+               configured: Declared | None = None) -> list | None:
     """Find every GELU on both sides, measure the artifact's, and fail on any silent change;
     returns the artifact's measured sites (None when they were not measured).
 
     `captured` is the source's activation sites as its framework ran it, or why they could not be
     read (a source graph that cannot be read fails the run: the guard cannot vouch for the
-    artifact), or None when the user turned the guard off, which the report records."""
+    artifact), or None when the user turned the guard off, which the report records. `configured`
+    is what the source's config declares its activations to be (a transformers model folder): a
+    site computing another GELU flavour is reported (verifiers.gelu.configured)."""
     from verifiers.gelu.catalogue import SiteFlavour
-    from verifiers.gelu.verdict import DECLARED, INDISTINGUISHABLE, judge
+    from verifiers.gelu.verdict import DECLARED, INDISTINGUISHABLE, describe, judge
 
     if captured is None:
         report.gelu_guard = "off (--no-gelu-guard)"
@@ -145,10 +149,21 @@ def judge_gelu(report: Report, artifact: Artifact, captured: list | str | None, 
     verdicts = judge(source_sites, artifact_sites, declared)
     report.gelu_guard = "checked"
     report.gelu = [v.to_dict() for v in verdicts]
+    off_config = set()
+    if configured is not None and configured.flavours:
+        off = {"source": configured.off(source_sites), "artifact": configured.off(artifact_sites)}
+        off_config = {id(s) for s in off["artifact"]}
+        report.gelu_configured = {"declared": configured.to_dict(), "off": [
+            {"side": side, "site": s.site.site_id, "op": s.site.op, "flavour": s.flavour}
+            for side, sites in off.items() for s in sites]}
+        report.notes.extend(f"GELU off its config: source site {describe(s)} computes {s.flavour}, while the config "
+                            f"declares {configured.says()}; the artifact is judged against what the source computes"
+                            for s in off["source"])
     for verdict in verdicts:
         if verdict.failed:
             side = verdict.artifact or verdict.source
-            report.fail("gelu", verdict.message(), site=side.site.site_id)
+            said = (f"; the config declares {configured.says()}" if id(verdict.artifact) in off_config else "")
+            report.fail("gelu", verdict.message() + said, site=side.site.site_id)
         elif verdict.status in (DECLARED, INDISTINGUISHABLE):
             report.notes.append(verdict.message())
     if any(v.status == DECLARED for v in verdicts) and not any(v.failed for v in verdicts):

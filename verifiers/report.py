@@ -126,6 +126,9 @@ def combined_exit_code(codes) -> int:
 class Report:
     command: str
     model: str | None = None
+    # A transformers model folder: its config's model_type and the task it was exported for.
+    model_type: str | None = None
+    task: str | None = None
     # The files the source model was built from: [{"path", "sha256", "size_bytes"}] (its spec file,
     # the user's modules it imported, the files it read while loading).
     source_files: list[dict[str, Any]] = field(default_factory=list)
@@ -145,6 +148,9 @@ class Report:
     variant_outputs: dict[str, list[OutputResult]] = field(default_factory=dict)
     gelu_guard: str = "not run"  # "checked", "off (--no-gelu-guard)", or "failed: why"
     gelu: list[dict[str, Any]] = field(default_factory=list)  # one entry per GELU site pair
+    # The activations a model folder's config declares, {"declared": {key: {"name", "flavour"}}, and
+    # the GELU sites computing none of them, "off": [{"side", "site", "op", "flavour"}]} (verifiers.gelu.configured).
+    gelu_configured: dict[str, Any] = field(default_factory=dict)
     # Per output: how far swapping every exact/tanh GELU of the artifact moves it.
     gelu_swap_effect: dict[str, float] = field(default_factory=dict)
     # One entry per dynamic axis: {"input", "axis", "symbol", "export_size", "sizes", "range",
@@ -169,6 +175,8 @@ class Report:
     batches: int | None = None  # random batches
     example_batch: bool = False  # whether the source's example inputs ran too
     rejected_artifact: str | None = None
+    # Files published beside the artifact: a model folder's tokenizer and preprocessor files, by name.
+    published_beside: list[str] = field(default_factory=list)
     # A job of `exportgate run` restored from the cache: {"key": its digest, "made": when the result was made}.
     reused: dict[str, str] | None = None
     versions: dict[str, str] = field(default_factory=library_versions)
@@ -298,6 +306,12 @@ class Report:
                 steps = ", ".join(f"{g['resolution']:.2g}" for g in unresolved if g.get("resolution") is not None)
                 lines.append(f"  {len(unresolved)} GELU site(s) whose flavour int8 cannot resolve"
                              + (f" (output step {steps})" if steps else "") + ": neither kept nor changed")
+        source_off = [o for o in self.gelu_configured.get("off", ()) if o["side"] == "source"]
+        if source_off:
+            declared = ", ".join(f"{key} {d['name']} ({d['flavour']})"
+                                 for key, d in self.gelu_configured["declared"].items())
+            lines.append(f"  {len(source_off)} source GELU site(s) compute another flavour than the config declares "
+                         f"({declared}): " + ", ".join(f"{o['site']} is {o['flavour']}" for o in source_off))
         for finding in self.failures:
             lines.append(f"  [{finding.kind}] {finding.message}")
         if self.divergence.get("message"):
@@ -306,4 +320,6 @@ class Report:
             lines.extend(f"  hint: {hint['message']}" for hint in self.dynamic_hints)
         if self.rejected_artifact:
             lines.append(f"  rejected artifact kept at {self.rejected_artifact}")
+        if self.published_beside and self.exit_code == 0:
+            lines.append(f"  published beside it: {', '.join(self.published_beside)}")
         return lines

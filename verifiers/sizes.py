@@ -156,8 +156,8 @@ def plan_sizes(axes: list[DynamicAxis], feed: dict[str, np.ndarray], limit: int 
 
 def sized_feed(feed: dict[str, np.ndarray], plan: SymbolSizes, size: int, seed: int) -> dict[str, np.ndarray]:
     """`feed` with every axis of the symbol at `size`: each input it resizes gets seeded values
-    like its own (integers and booleans from the values it holds, so token ids and masks stay in
-    range; floats with its mean and spread); the other inputs are kept."""
+    like its own (integers and booleans from the values it holds, so token ids stay in range, and a
+    padding mask stays one; floats with its mean and spread); the other inputs are kept."""
     import numpy as np
 
     rng = np.random.default_rng([seed, size, zlib.crc32(plan.symbol.encode())])
@@ -173,11 +173,35 @@ def sized_feed(feed: dict[str, np.ndarray], plan: SymbolSizes, size: int, seed: 
     return resized
 
 
+def is_padding_mask(array: np.ndarray) -> bool:
+    """Whether integer or boolean values are a padding mask with padding in it: 0s and 1s, every
+    row (the last axis) its ones first, then its zeros, at least one of each in the whole."""
+    import numpy as np
+
+    if array.dtype.kind not in "biu" or array.ndim == 0 or array.size == 0:
+        return False
+    values = array.astype(np.int64)
+    if not np.isin(values, (0, 1)).all() or values.all() or not values.any():
+        return False
+    return bool(np.all(np.diff(values, axis=-1) <= 0))
+
+
+def padding_mask(shape: tuple[int, ...], dtype, rng: np.random.Generator) -> np.ndarray:
+    """A padding mask of `shape`: each row's first 1 to all of its positions set (never a row with
+    nothing to attend to, where exporters and frameworks legitimately part ways)."""
+    import numpy as np
+
+    lengths = rng.integers(1, shape[-1] + 1, size=shape[:-1])
+    return (np.arange(shape[-1]) < lengths[..., None]).astype(dtype)
+
+
 def _values_like(array: np.ndarray, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
     import numpy as np
 
     if array.size == 0:
         return np.zeros(shape, array.dtype)
+    if is_padding_mask(array):
+        return padding_mask(shape, array.dtype, rng)
     if array.dtype.kind in "biu":
         low, high = array.min(), array.max()
         if array.dtype.kind == "b":

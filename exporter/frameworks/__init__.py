@@ -101,8 +101,10 @@ def framework_for_file(path: Path) -> Framework:
 def load_source(
     spec: str, input_specs: list[InputSpec] | None = None,
     default_inputs: Callable[[], list[InputSpec]] | None = None, trust_source: bool = False,
+    task: str | None = None,
 ) -> Source:
-    """Load `file.py:callable`, `model.keras` or `model.pt2`.
+    """Load `file.py:callable`, `model.keras`, `model.pt2` or a transformers model folder (for
+    `task`, see exporter.model_folders).
 
     `default_inputs()` (input specs read off an artifact being verified, asked for only when
     needed) serve a model that comes with neither example inputs nor --input specs. A model file whose loading can run code (a .pt2) loads
@@ -111,6 +113,13 @@ def load_source(
     for framework in FRAMEWORKS.values():
         framework.prepare()  # before a user's file imports the framework
     input_specs = list(input_specs or [])
+    from exporter.model_folders import is_model_folder
+
+    if is_model_folder(Path(spec)):
+        return _load_folder(spec, input_specs, default_inputs or list, trust_source, task)
+    if task is not None:
+        raise BadInput(f"--task {task}: applies to a transformers model folder (a directory holding config.json), "
+                       f"not {spec}")
     path_text, sep, attr = spec.rpartition(":")
     spec_file = Path(path_text if sep and path_text.endswith(".py") else spec)
     with recording() as files:
@@ -128,6 +137,28 @@ def load_source(
     source = framework.make_source(spec, model, example, input_specs, default_inputs or list)
     # The spec file always: a module loaded before in this process may be re-run from its bytecode.
     source.files = sorted({*files, spec_file.resolve()})
+    return source
+
+
+def _load_folder(spec: str, input_specs: list[InputSpec], default_inputs, trust_source: bool,
+                 task: str | None) -> Source:
+    from exporter.model_folders import load_folder, read_folder
+    from verifiers.gelu.configured import declared_by
+
+    framework = FRAMEWORKS["torch"]
+    framework.require("torch")
+    if importlib.util.find_spec("transformers") is None:
+        raise MissingFramework("transformers", "hf")
+    folder = read_folder(Path(spec), task, trust_source)
+    with recording() as files:
+        model, example, dynamic = load_folder(folder, trust_source)
+    source = framework.make_source(spec, model, example, input_specs, default_inputs)
+    given = {s.name for s in input_specs}
+    source.dynamic = [axis for axis in dynamic if axis.input not in given]
+    source.files = sorted({*files, *(f.resolve() for f in folder.files)})
+    source.facts = {"model_type": folder.model_type, "task": folder.task.name}
+    source.configured = declared_by(folder.config)
+    source.beside = folder.processing
     return source
 
 

@@ -98,6 +98,7 @@ class Route:
     format: str
     exporters: tuple[str, ...]  # values --exporter accepts besides "auto"
     quantize_modes: tuple[str, ...] = ()  # values --quantize accepts
+    static_shapes: bool = False  # exports at fixed sizes only (a --dynamic axis is refused)
 
     def export(self, source: Source, request: ExportRequest, dest: Path, progress: Progress) -> ExportResult:
         raise NotImplementedError

@@ -174,6 +174,7 @@ class TorchToTflite(Route):
     format = "tflite"
     exporters = ("litert-torch",)
     quantize_modes = QUANTIZE_MODES
+    static_shapes = True
 
     def export(self, source: Source, request: ExportRequest, dest: Path, progress) -> ExportResult:
         check_tflite_request(request)

@@ -12,6 +12,7 @@ from verifiers.sizes import (
     artifact_axes,
     default_sizes,
     is_dynamic,
+    is_padding_mask,
     plan_sizes,
     sized_feed,
     sizes_to_try,
@@ -167,6 +168,31 @@ def test_sized_feed_resizes_several_axes_of_one_input_sharing_a_symbol():
     feed = {"image": np.zeros((1, 3, 8, 8), np.float32)}
     [plan] = plan_sizes([DynamicAxis("image", 2, "side"), DynamicAxis("image", 3, "side")], feed)
     assert sized_feed(feed, plan, 5, seed=0)["image"].shape == (1, 3, 5, 5)
+
+
+@pytest.mark.parametrize("mask, padding", [
+    ([[1, 1, 0, 0], [1, 1, 1, 1]], True),
+    ([[True, False], [True, True]], True),
+    ([[1, 1], [1, 1]], False),  # no padding: a plain all-ones input
+    ([[1, 0, 1, 0]], False),  # not ones first, zeros after
+    ([[0, 0], [0, 0]], False),
+    ([[1.0, 0.0]], False),  # floats are not masks
+])
+def test_a_padding_mask_is_ones_then_zeros_along_its_last_axis(mask, padding):
+    assert is_padding_mask(np.array(mask)) is padding
+
+
+def test_sized_feed_keeps_a_padding_mask_one_with_a_position_in_every_row():
+    """A row with nothing to attend to is where frameworks and exporters legitimately part ways
+    (a softmax over nothing): resized masks never have one, and keep their padding."""
+    feed = _feed()
+    feed["attention_mask"] = np.array([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]], np.int64)
+    plan = _seq_plan(feed)
+    for size in (1, 3, 15, 64):
+        mask = sized_feed(feed, plan, size, seed=3)["attention_mask"]
+        assert mask.shape == (2, size) and mask.dtype == np.int64
+        assert mask.any(axis=-1).all() and (np.diff(mask, axis=-1) <= 0).all()
+    assert not sized_feed(feed, plan, 64, seed=3)["attention_mask"].all()
 
 
 def test_sized_feed_is_seeded():

@@ -49,7 +49,9 @@ GELU_OP = "gelu_op"  # one Gelu-20 node with the flavour's approximate attribute
 ERF_FREE = "erf_free"  # primitives without Erf (erf as Abramowitz & Stegun 7.1.26)
 
 # Frameworks a Claim names ops of (ONNX ops outside the default domain are "{domain}.{op_type}").
-ONNX, TFLITE, TORCH, KERAS = "onnx", "tflite", "torch", "keras"
+# TRANSFORMERS claims are the activation names a transformers config declares (hidden_act,
+# activation_function, ...: the keys of transformers.activations.ACT2FN).
+ONNX, TFLITE, TORCH, KERAS, TRANSFORMERS = "onnx", "tflite", "torch", "keras", "transformers"
 
 
 @dataclass(frozen=True)
@@ -181,6 +183,8 @@ FLAVOURS: dict[str, Flavour] = {
                 Claim(TFLITE, "GELU", (("approximate", False),)),  # also what no GeluOptions table reads as
                 Claim(TORCH, "aten.gelu.default", (("approximate", "none"),)),
                 Claim(KERAS, "gelu", (("approximate", False),)),
+                Claim(TRANSFORMERS, "gelu"),
+                Claim(TRANSFORMERS, "gelu_python"),
             ),
         ),
         Flavour(
@@ -192,18 +196,25 @@ FLAVOURS: dict[str, Flavour] = {
                 Claim(TFLITE, "GELU", (("approximate", True),)),
                 Claim(TORCH, "aten.gelu.default", (("approximate", "tanh"),)),
                 Claim(KERAS, "gelu", (("approximate", True),)),
+                Claim(TRANSFORMERS, "gelu_new"),
+                Claim(TRANSFORMERS, "gelu_pytorch_tanh"),
+                Claim(TRANSFORMERS, "gelu_python_tanh"),
+                Claim(TRANSFORMERS, "gelu_fast", note="the tanh formula with sqrt(2/pi) multiplied in"),
+                Claim(TRANSFORMERS, "gelu_accurate"),
             ),
         ),
         Flavour(
             QUICK, "x*sigmoid(1.702x)", quick, GELU,
             constants={"quick_alpha": 1.702},
             scalable=True, forms=(PRIMITIVES,), no_erf_form=PRIMITIVES,
-            claims=(Claim(ONNX, "com.microsoft.QuickGelu"),),  # when its alpha attribute is quick_alpha
+            claims=(Claim(ONNX, "com.microsoft.QuickGelu"),  # when its alpha attribute is quick_alpha
+                    Claim(TRANSFORMERS, "quick_gelu")),
         ),
         Flavour(RELU, "max(x, 0): a ReLU stands where a GELU was", relu, ACTIVATION,
-                forms=(PRIMITIVES,), no_erf_form=PRIMITIVES),
+                forms=(PRIMITIVES,), no_erf_form=PRIMITIVES, claims=(Claim(TRANSFORMERS, "relu"),)),
         Flavour(IDENTITY, "x: the activation is gone", identity, REMOVED, forms=(PRIMITIVES,), no_erf_form=PRIMITIVES),
-        Flavour(SILU, "x*sigmoid(x): a SiLU stands where a GELU was", silu, ACTIVATION, scalable=True),
+        Flavour(SILU, "x*sigmoid(x): a SiLU stands where a GELU was", silu, ACTIVATION, scalable=True,
+                claims=(Claim(TRANSFORMERS, "silu"), Claim(TRANSFORMERS, "swish"))),
         Flavour(UNKNOWN, "GELU-shaped but matches no catalogued flavour (e.g. wrong constants)", None, UNCATALOGUED),
     )
 }

@@ -49,21 +49,21 @@ class SiteVerdict:
         src, art = self.source, self.artifact
         if self.status == UNUSED:
             side, where = (src, "source") if src is not None else (art, "artifact")
-            return (f"GELU unused: {where} site {_describe(side)} ({side.flavour}) reaches no output; "
+            return (f"GELU unused: {where} site {describe(side)} ({side.flavour}) reaches no output; "
                     "not judged")
         if self.status == REMOVED:
-            return f"GELU gone: source site {_describe(src)} ({src.flavour}) has no counterpart in the artifact"
+            return f"GELU gone: source site {describe(src)} ({src.flavour}) has no counterpart in the artifact"
         if self.status == ADDED:
-            return f"GELU added: artifact site {_describe(art)} computes {art.flavour}; the source has none there"
+            return f"GELU added: artifact site {describe(art)} computes {art.flavour}; the source has none there"
         if self.status == INDISTINGUISHABLE:
             grid, others = art.int8, " or ".join(self.unresolved)
             how = (f"holds the {grid.dtype} table of {art.flavour}{_table_note(art, [src.flavour, *self.unresolved])}"
                    if art.table_differences else f"computes {art.flavour} in float, rounded to {grid.dtype} after")
-            return (f"GELU flavour not distinguishable at int8: source {_describe(src)} is {src.flavour}, artifact "
-                    f"{_describe(art)} {how}; {src.flavour} and {others} differ by at most {self.gap:.2g} on its "
+            return (f"GELU flavour not distinguishable at int8: source {describe(src)} is {src.flavour}, artifact "
+                    f"{describe(art)} {how}; {src.flavour} and {others} differ by at most {self.gap:.2g} on its "
                     f"input grid, under one output step ({grid.output_scale:.3g}): neither kept nor changed")
         verb = {KEPT: "kept", DECLARED: "changed as declared", CHANGED: "changed"}[self.status]
-        text = (f"GELU {verb}: source {_describe(src)} is {src.flavour}, artifact {_describe(art)} "
+        text = (f"GELU {verb}: source {describe(src)} is {src.flavour}, artifact {describe(art)} "
                 f"computes {art.flavour}")
         deviation = art.residuals.get(src.flavour)
         if self.status != KEPT and deviation is not None:
@@ -125,7 +125,7 @@ def _scale_differs(src: SiteFlavour, art: SiteFlavour) -> bool:
     return abs(art.scale / src.scale - 1.0) > _SCALE_TOLERANCE
 
 
-def _describe(side: SiteFlavour) -> str:
+def describe(side: SiteFlavour) -> str:
     return f"{side.site.site_id} ({side.site.op})"
 
 

@@ -203,3 +203,38 @@ def test_the_catalogue_imports_with_the_standard_library_only():
     result = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=60,
                             cwd=str(Path(__file__).resolve().parents[3]), env=child_env())
     assert result.stdout.strip() == "[]", result.stderr
+
+
+# ---- what transformers configs declare -------------------------------------------------------
+
+
+def _transformers_claims():
+    from verifiers.gelu.catalogue import TRANSFORMERS
+
+    return [(claim.op, f.name) for f in FLAVOURS.values() for claim in f.claims if claim.framework == TRANSFORMERS]
+
+
+@pytest.mark.parametrize("name, claimed", _transformers_claims())
+def test_each_activation_name_a_config_declares_computes_its_claimed_flavour(name, claimed):
+    """transformers' own activation for the name (ACT2FN), measured: its curve is the flavour's."""
+    import torch
+    from transformers.activations import ACT2FN
+
+    from verifiers.gelu.classification import classify
+
+    x = np.linspace(-6, 6, 1201)
+    y = ACT2FN[name](torch.tensor(x, dtype=torch.float64)).numpy()
+    assert np.max(np.abs(y - FLAVOURS[claimed].reference(x))) < 1e-6
+    assert classify(x.astype(np.float32), y.astype(np.float32)).flavour == claimed
+
+
+def test_a_config_declares_its_activations_at_any_depth_and_unclaimed_names_are_left_out():
+    from verifiers.gelu.configured import declared_by
+
+    declared = declared_by({"hidden_act": "gelu_new", "text_config": {"hidden_act": "quick_gelu"},
+                            "vision_config": {"activation_function": "mish"}, "projector_hidden_act": "gelu"})
+    assert declared.to_dict() == {"hidden_act": {"name": "gelu_new", "flavour": "tanh"},
+                                  "text_config.hidden_act": {"name": "quick_gelu", "flavour": "quick"},
+                                  "projector_hidden_act": {"name": "gelu", "flavour": "exact"}}
+    assert declared.flavours == {"tanh", "quick", "exact"}
+    assert declared_by({"hidden_act": "silu"}).flavours == set()

@@ -1,0 +1,224 @@
+"""A transformers `save_pretrained` folder as a source model: MODEL is a directory holding
+config.json, exported for a task (exporter.model_tasks).
+
+What the folder may do is checked before transformers reads it:
+- config.json must load as JSON and name a model_type; a config that brings its own code
+  (`auto_map`) loads only with --trust-source (transformers' trust_remote_code);
+- weights load from safetensors (model.safetensors, or the shards model.safetensors.index.json
+  lists, each a file inside the folder); pickled weights (pytorch_model.bin) only with
+  --trust-source, as unpickling runs code;
+- the task is --task, else the one whose head class is config.architectures[0] (through
+  transformers' auto mappings); when that names none or several, exit 2 lists the tasks the model
+  type has. A model type that has no head for the task is exit 4, naming both.
+
+The model is the task's head class loaded from the folder (no download: local files only), called
+with the task's inputs by keyword and returning the task's outputs by name; its example inputs are
+drawn from the config (vocabulary, image size, channels), and the task's symbolic axes are the
+source's dynamic axes.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from exporter.model_tasks import TASKS, Task, TaskInput
+from verifiers.errors import BadInput, Incompatible, one_line
+from verifiers.sizes import DynamicAxis
+
+CONFIG = "config.json"
+SAFETENSORS, SAFETENSORS_INDEX = "model.safetensors", "model.safetensors.index.json"
+PICKLED, PICKLED_INDEX = "pytorch_model.bin", "pytorch_model.bin.index.json"
+EXAMPLE_SIZES = {"batch_size": 2, "sequence_length": 8, "decoder_sequence_length": 4, "num_choices": 2}
+# What an application needs beside the artifact to feed it and read it: tokenizer, preprocessor and
+# generation settings, published next to the artifact when the folder has them.
+PROCESSING_FILES = (
+    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "vocab.txt",
+    "vocab.json", "merges.txt", "spiece.model", "sentencepiece.bpe.model", "tokenizer.model", "chat_template.jinja",
+    "chat_template.json", "preprocessor_config.json", "processor_config.json", "video_preprocessor_config.json",
+    "generation_config.json",
+)
+
+
+def is_model_folder(path: Path) -> bool:
+    return path.is_dir() and (path / CONFIG).is_file()
+
+
+@dataclass(frozen=True)
+class Folder:
+    path: Path
+    config: dict
+    model_type: str
+    task: Task
+    weights: tuple[Path, ...]  # every weight file the model loads
+    pickled: bool  # weights in pickles (only with --trust-source)
+
+    @property
+    def processing(self) -> list[Path]:
+        """Its tokenizer and preprocessor files (PROCESSING_FILES), regular files only: a link
+        could name any file on the machine, and what is published beside the artifact is the folder's."""
+        return [self.path / name for name in PROCESSING_FILES
+                if (self.path / name).is_file() and not (self.path / name).is_symlink()]
+
+    @property
+    def files(self) -> list[Path]:
+        """What the model is built from: its config and its weights (safetensors are memory-mapped,
+        so the audit hook that sees other reads does not see them)."""
+        return [self.path / CONFIG, *self.weights]
+
+
+def read_folder(path: Path, task: str | None, trust: bool) -> Folder:
+    """The folder's config, task and weight files, checked (see the module docstring)."""
+    label = str(path)
+    try:
+        config = json.loads((path / CONFIG).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise BadInput(f"{label}/{CONFIG} does not load: {one_line(exc)}") from exc
+    if not isinstance(config, dict) or not isinstance(config.get("model_type"), str):
+        raise BadInput(f"{label}/{CONFIG} names no model_type: not a transformers model folder")
+    if config.get("auto_map") and not trust:
+        raise BadInput(f"{label}: its config brings its own code (auto_map); pass --trust-source to run it")
+    weights, pickled = _weights(path, label, trust)
+    model_type = config["model_type"]
+    return Folder(path, config, model_type, _task(config, model_type, task, label), weights, pickled)
+
+
+def _weights(path: Path, label: str, trust: bool) -> tuple[tuple[Path, ...], bool]:
+    for single, index, pickled in ((SAFETENSORS, SAFETENSORS_INDEX, False), (PICKLED, PICKLED_INDEX, True)):
+        if not (path / single).is_file() and not (path / index).is_file():
+            continue
+        if pickled and not trust:
+            raise BadInput(f"{label}: its weights are pickles ({single}), which run code as they load; pass "
+                           "--trust-source to load a folder you trust, or save it with safetensors")
+        if (path / single).is_file():
+            return (path / single,), pickled
+        return _shards(path, index, label), pickled
+    raise BadInput(f"{label}: no weights ({SAFETENSORS} or {SAFETENSORS_INDEX})")
+
+
+def _shards(path: Path, index: str, label: str) -> tuple[Path, ...]:
+    """The shard files an index names, each a regular file inside the folder."""
+    try:
+        weight_map = json.loads((path / index).read_text(encoding="utf-8"))["weight_map"]
+        names = sorted(set(weight_map.values()))
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise BadInput(f"{label}/{index} does not load: {one_line(exc)}") from exc
+    folder = path.resolve()
+    shards = []
+    for name in names:
+        shard = (path / str(name)).resolve()
+        if not isinstance(name, str) or Path(name).is_absolute() or folder not in shard.parents:
+            raise BadInput(f"{label}/{index} names a shard outside the folder: {name!r}")
+        if not shard.is_file():
+            raise BadInput(f"{label}/{index} names a shard that is missing: {name}")
+        shards.append(path / name)
+    return tuple(shards)
+
+
+def _mapping(task: Task) -> dict[str, str]:
+    from transformers.models.auto import modeling_auto
+
+    return getattr(modeling_auto, task.mapping)
+
+
+def _task(config: dict, model_type: str, name: str | None, label: str) -> Task:
+    if name is not None:
+        if name not in TASKS:
+            raise BadInput(f"--task {name}: unknown task (known: {', '.join(TASKS)})")
+        task = TASKS[name]
+        if model_type not in _mapping(task):
+            raise Incompatible(f"model type {model_type} has no {name} head in transformers: cannot export "
+                               f"{label} for {name}", kind="target")
+        return task
+    architectures = config.get("architectures") or []
+    found = [t for t in TASKS.values() if architectures and architectures[0] in _mapping(t).values()]
+    if len(found) == 1:
+        return found[0]
+    candidates = [t.name for t in TASKS.values() if model_type in _mapping(t)]
+    said = f"its architecture {architectures[0]} does" if architectures else "its config names no architecture, which"
+    raise BadInput(f"{label}: {said} not tell one task; give --task, one of: {', '.join(candidates) or 'none known'}")
+
+
+def load_folder(folder: Folder, trust: bool) -> tuple[Any, dict[str, np.ndarray], list[DynamicAxis]]:
+    """The task's model loaded from the folder, its example inputs and its dynamic axes."""
+    import torch
+    import transformers
+
+    from transformers.utils import logging as transformers_logging
+
+    head = getattr(transformers, _mapping(folder.task)[folder.model_type])
+    bars = transformers_logging.is_progress_bar_enabled()
+    transformers_logging.disable_progress_bar()  # exportgate's progress says what is loading
+    try:
+        model = head.from_pretrained(str(folder.path), trust_remote_code=trust, local_files_only=True,
+                                     use_safetensors=not folder.pickled)
+    except Exception as exc:
+        raise BadInput(f"{folder.path}: transformers cannot load it as {head.__name__}: {one_line(exc)}") from exc
+    finally:
+        if bars:
+            transformers_logging.enable_progress_bar()
+    model.eval()
+    inputs = _inputs(model, folder.task)
+    example = {spec.name: _example(spec, model.config) for spec in inputs}
+    dynamic = [DynamicAxis(spec.name, k, symbol) for spec in inputs for k, symbol in enumerate(spec.axes)
+               if symbol in folder.task.dynamic]
+    wrapped = task_module(torch, model, [spec.name for spec in inputs], folder.task)
+    return wrapped, example, dynamic
+
+
+def _inputs(model, task: Task) -> list[TaskInput]:
+    main = getattr(model, "main_input_name", "input_ids")
+    if main not in task.inputs:
+        raise Incompatible(f"{task.name} takes {' or '.join(task.inputs)}, and {type(model).__name__} takes {main}",
+                           kind="target")
+    taken = set(inspect.signature(model.forward).parameters)
+    return [spec for spec in task.inputs[main] if spec.name in taken]
+
+
+def _example(spec: TaskInput, config) -> np.ndarray:
+    """A seeded example of one input, its sizes from the config where it has them."""
+    rng = np.random.default_rng(0)
+    limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None) or 512
+    image = getattr(config, "image_size", 32)
+    image = image if isinstance(image, int) else image[0]
+    sizes = {**EXAMPLE_SIZES, "sequence_length": min(EXAMPLE_SIZES["sequence_length"], limit),
+             "num_channels": getattr(config, "num_channels", 3), "height": image, "width": image}
+    shape = tuple(sizes[axis] for axis in spec.axes)
+    if spec.values == "tokens":
+        vocab = getattr(config, "vocab_size", None) or getattr(getattr(config, "text_config", None), "vocab_size", 100)
+        return rng.integers(0, vocab, size=shape).astype(spec.dtype)
+    if spec.values == "mask":
+        mask = np.ones(shape, spec.dtype)
+        mask[-1, ..., shape[-1] * 3 // 4:] = 0  # the last row padded
+        return mask
+    if spec.values == "zeros":
+        return np.zeros(shape, spec.dtype)
+    return rng.standard_normal(shape).astype(spec.dtype)
+
+
+def task_module(torch, model, names: list[str], task: Task):
+    """`model` as a module taking the task's inputs (positionally or by keyword, in `names`' order)
+    and returning {output name: tensor} for the task's outputs."""
+
+    class TaskModel(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+            self.train(model.training)
+
+        def forward(self, *args, **kwargs):
+            inputs = {**dict(zip(names, args)), **kwargs}
+            extra = {"use_cache": False} if task.causal else {}
+            result = self.model(**inputs, **extra, return_dict=True)
+            return {name: result[name] for name in task.outputs}
+
+    TaskModel.forward.__signature__ = inspect.Signature(
+        [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+        + [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD) for name in names])
+    TaskModel.__name__ = TaskModel.__qualname__ = f"{type(model).__name__}For{task.name.title().replace('-', '')}"
+    return TaskModel()

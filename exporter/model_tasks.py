@@ -1,0 +1,67 @@
+"""The tasks a transformers model folder is exported for, as data: which transformers head class does
+the task (the mapping of model types to classes transformers keeps for it), what the exported model
+takes and returns, and which axes stay dynamic. Names follow optimum's (`feature-extraction`,
+`text-generation`, ...), as do the symbolic axes (`batch_size`, `sequence_length`).
+
+What a task feeds depends on the model's modality, read from its `main_input_name`: token ids for a
+text model, pixels for a vision model. An input the model's forward does not take is left out (a
+DistilBERT takes no token_type_ids).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class TaskInput:
+    name: str
+    dtype: str
+    axes: tuple[str, ...]  # one symbol per axis
+    values: str  # how an example is drawn: "tokens", "mask", "zeros", "pixels"
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    mapping: str  # transformers.models.auto.modeling_auto's <NAME>_MAPPING_NAMES: model type -> class name
+    outputs: tuple[str, ...]  # the head's outputs the artifact returns, by name
+    # inputs by the model's main input ("input_ids", "pixel_values")
+    inputs: dict[str, tuple[TaskInput, ...]]
+    dynamic: tuple[str, ...] = ("batch_size", "sequence_length")  # symbols exported dynamic
+    causal: bool = False  # a decoder: called without a cache
+
+
+TEXT = (
+    TaskInput("input_ids", "int64", ("batch_size", "sequence_length"), "tokens"),
+    TaskInput("attention_mask", "int64", ("batch_size", "sequence_length"), "mask"),
+    TaskInput("token_type_ids", "int64", ("batch_size", "sequence_length"), "zeros"),
+)
+CHOICES = tuple(TaskInput(i.name, i.dtype, ("batch_size", "num_choices", "sequence_length"), i.values) for i in TEXT)
+PIXELS = (TaskInput("pixel_values", "float32", ("batch_size", "num_channels", "height", "width"), "pixels"),)
+SEQ2SEQ = (
+    *TEXT[:2],
+    TaskInput("decoder_input_ids", "int64", ("batch_size", "decoder_sequence_length"), "tokens"),
+)
+
+TASKS: dict[str, Task] = {task.name: task for task in (
+    Task("feature-extraction", "MODEL_MAPPING_NAMES", ("last_hidden_state",),
+         {"input_ids": TEXT, "pixel_values": PIXELS}),
+    Task("fill-mask", "MODEL_FOR_MASKED_LM_MAPPING_NAMES", ("logits",), {"input_ids": TEXT}),
+    Task("text-classification", "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES", ("logits",), {"input_ids": TEXT}),
+    Task("token-classification", "MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES", ("logits",), {"input_ids": TEXT}),
+    Task("question-answering", "MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES", ("start_logits", "end_logits"),
+         {"input_ids": TEXT}),
+    Task("multiple-choice", "MODEL_FOR_MULTIPLE_CHOICE_MAPPING_NAMES", ("logits",), {"input_ids": CHOICES},
+         dynamic=("batch_size", "num_choices", "sequence_length")),
+    Task("image-classification", "MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES", ("logits",),
+         {"pixel_values": PIXELS}, dynamic=("batch_size",)),
+    Task("semantic-segmentation", "MODEL_FOR_SEMANTIC_SEGMENTATION_MAPPING_NAMES", ("logits",),
+         {"pixel_values": PIXELS}, dynamic=("batch_size",)),
+    Task("object-detection", "MODEL_FOR_OBJECT_DETECTION_MAPPING_NAMES", ("logits", "pred_boxes"),
+         {"pixel_values": PIXELS}, dynamic=("batch_size",)),
+    Task("text-generation", "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", ("logits",), {"input_ids": TEXT[:2]},
+         causal=True),
+    Task("text2text-generation", "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", ("logits",),
+         {"input_ids": SEQ2SEQ}, dynamic=("batch_size", "sequence_length", "decoder_sequence_length"), causal=True),
+)}

@@ -1,0 +1,184 @@
+"""`exportgate export FOLDER` and `verify --source FOLDER` for transformers model folders (README
+"transformers model folders"): exit codes, what the report records, what is published beside the
+artifact, the GELU flavours the config declares, release-pipeline jobs. The full matrix of model
+types, opsets and TFLite is tests/corpus/test_model_folder_matrix.py (slow).
+
+Folders are `save_pretrained` output of tiny seeded models (fixtures/models/hf_folders.py); the
+tokenizer is a real transformers tokenizer saved beside one of them.
+"""
+
+import hashlib
+import json
+import shutil
+
+import pytest
+
+from exporter import runs
+from fixtures.inject_faults import inject_onnx
+from fixtures.models.hf_folders import save_folder
+from tests.conftest import run_cli
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    root = tmp_path_factory.mktemp("folders")
+    saved = {name: save_folder(name, root / name) for name in (
+        "bert-text-classification", "roberta-fill-mask", "vit-image-classification", "llama-text-generation")}
+    from transformers import BertTokenizerFast
+
+    vocab = root / "vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *(f"w{i}" for i in range(95))]))
+    BertTokenizerFast(str(vocab)).save_pretrained(str(saved["bert-text-classification"]))
+    return saved
+
+
+@pytest.fixture(scope="module")
+def bert_onnx(folders, tmp_path_factory):
+    """The BERT classifier exported to ONNX at opset 17 (its report beside it)."""
+    out = tmp_path_factory.mktemp("bert") / "bert.onnx"
+    result = run_cli("export", folders["bert-text-classification"], "--to", "onnx", "--opset", "17", "--out", out,
+                     "--report", out.parent / "report.json", cwd=out.parent)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return out, result
+
+
+def _sha256(path):
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_folder_exports_for_its_task_verified_at_other_sizes(folders, bert_onnx):
+    out, result = bert_onnx
+    folder = folders["bert-text-classification"]
+    report = json.loads((out.parent / "report.json").read_text())
+    assert (report["model_type"], report["task"]) == ("bert", "text-classification")
+    assert {(f["path"], f["sha256"]) for f in report["source_files"]} >= {
+        (str(folder / name), _sha256(folder / name)) for name in ("config.json", "model.safetensors")}
+    checked = {(d["input"], d["symbol"]): d for d in report["dynamic"]}
+    for name in ("input_ids", "attention_mask", "token_type_ids"):
+        assert checked[name, "batch_size"]["status"] == checked[name, "sequence_length"]["status"] == "pass"
+        assert len(checked[name, "sequence_length"]["sizes"]) >= 3
+    assert report["gelu_configured"]["declared"] == {"hidden_act": {"name": "gelu", "flavour": "exact"}}
+    assert report["gelu_configured"]["off"] == []
+    # the tokenizer travels with the artifact
+    assert report["published_beside"] == ["tokenizer.json", "tokenizer_config.json"]
+    for name in report["published_beside"]:
+        assert (out.parent / name).read_bytes() == (folder / name).read_bytes()
+    assert "published beside it: tokenizer.json, tokenizer_config.json" in result.stdout + result.stderr
+
+
+def _dense_bias_subtracted(path, out):
+    """The artifact with the bias Add of the last layer's output Linear turned into a Sub: a Linear
+    whose bias is all zeros (freshly initialised), so the MatMul before it already holds the
+    Linear's value, and that bias is shared with other zero biases through an Identity node."""
+    import onnx
+
+    model = onnx.load(str(path))
+    [node] = [n for n in model.graph.node if n.name.endswith("layer.1/output/dense/Add")]
+    node.op_type = "Sub"
+    onnx.save(model, str(out))
+    return node.name
+
+
+@pytest.mark.parametrize("fault", ["add_to_sub", "dense_bias_subtracted"])
+def test_the_artifact_verifies_against_its_folder_and_a_broken_one_fails(folders, bert_onnx, cli, tmp_path, fault):
+    import onnx
+
+    out, _ = bert_onnx
+    folder = folders["bert-text-classification"]
+    assert cli("verify", out, "--source", folder).returncode == 0
+    broken = tmp_path / "broken.onnx"
+    if fault == "add_to_sub":
+        faulted = onnx.load(str(out)).graph.node[inject_onnx(out, "add_to_sub", broken, seed=0).op].name
+    else:
+        faulted = _dense_bias_subtracted(out, broken)
+    result = cli("verify", broken, "--source", folder, "--report", tmp_path / "r.json")
+    assert result.returncode == 1, result.stdout + result.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert any(f["kind"] == "numeric" and "logits" in f["message"] for f in report["failures"])
+    # the red run says where (its source reloaded from the folder for the task): the op, the module
+    # its name scope says, and the source op it stands for (with the LayerNorm after it when the
+    # sum is not a tensor of its own in the artifact)
+    first = report["divergence"]["first"]
+    assert (first["node"], first["op_type"]) == (faulted, "Sub"), first
+    assert first["module"] == ".".join(faulted.split("/")[2:-1])
+    assert first["covers"][0].startswith(("add", "linear")) and len(first["covers"]) <= 2, first["covers"]
+
+
+def test_an_artifact_off_the_configs_gelu_fails_naming_the_config(folders, cli, tmp_path):
+    folder = folders["bert-text-classification"]
+    tanh = tmp_path / "tanh.onnx"
+    made = cli("export", folder, "--to", "onnx", "--opset", "17", "--gelu", "tanh", "--out", tanh, "--no-verify")
+    assert made.returncode == 0, made.stdout + made.stderr
+    result = cli("verify", tanh, "--source", folder)
+    assert result.returncode == 3, result.stdout + result.stderr
+    said = result.stdout + result.stderr
+    assert "GELU changed" in said and "the config declares hidden_act gelu (exact)" in said
+
+
+def test_a_source_site_off_its_config_is_reported(folders, cli, tmp_path):
+    """RoBERTa's masked-LM head computes exact GELU whatever hidden_act says: with hidden_act
+    gelu_new the encoder's sites are tanh and the head's is not what the config declares."""
+    result = cli("export", folders["roberta-fill-mask"], "--to", "onnx", "--opset", "17", "--out",
+                 tmp_path / "roberta.onnx", "--report", tmp_path / "r.json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    off = report["gelu_configured"]["off"]
+    assert sorted((o["side"], o["flavour"]) for o in off) == [("artifact", "exact"), ("source", "exact")]
+    assert "1 source GELU site(s) compute another flavour than the config declares (hidden_act gelu_new (tanh))" \
+        in result.stdout + result.stderr
+
+
+def test_a_decoder_exports_at_opset_20_and_a_vision_model_to_tflite_at_fixed_sizes(folders, cli, tmp_path):
+    llama = cli("export", folders["llama-text-generation"], "--to", "onnx", "--opset", "20", "--out",
+                tmp_path / "llama.onnx", "--report", tmp_path / "llama.json")
+    assert llama.returncode == 0, llama.stdout + llama.stderr
+    assert json.loads((tmp_path / "llama.json").read_text())["task"] == "text-generation"
+    vit = cli("export", folders["vit-image-classification"], "--to", "tflite", "--out", tmp_path / "vit.tflite",
+              "--report", tmp_path / "vit.json")
+    assert vit.returncode == 0, vit.stdout + vit.stderr
+    notes = json.loads((tmp_path / "vit.json").read_text())["notes"]
+    assert any("litert-torch exports static shapes only: pixel_values axis 0" in note for note in notes)
+
+
+@pytest.mark.parametrize("edit, code, message", [
+    (lambda f: (f / "config.json").write_text("{"), 2, "config.json does not load"),
+    (lambda f: (f / "model.safetensors").unlink(), 2, "no weights"),
+    (lambda f: None, 4, "model type vit has no fill-mask head in transformers"),
+])
+def test_a_folder_that_cannot_be_exported_writes_nothing(folders, cli, tmp_path, edit, code, message):
+    folder = shutil.copytree(folders["vit-image-classification"], tmp_path / "vit")
+    edit(folder)
+    out = tmp_path / "dist" / "vit.onnx"
+    result = cli("export", folder, "--to", "onnx", "--task", "fill-mask" if code == 4 else "image-classification",
+                 "--out", out)
+    assert result.returncode == code, result.stdout + result.stderr
+    assert message in result.stdout + result.stderr
+    assert not out.parent.exists() or not any(out.parent.iterdir())
+
+
+def test_a_tokenizer_of_another_model_in_the_out_folder_is_not_replaced(folders, cli, tmp_path):
+    (tmp_path / "tokenizer.json").write_text('{"another": "model"}')
+    result = cli("export", folders["bert-text-classification"], "--to", "onnx", "--out", tmp_path / "bert.onnx")
+    assert result.returncode == 2
+    assert "tokenizer.json exists and is not" in result.stdout + result.stderr
+    assert (tmp_path / "tokenizer.json").read_text() == '{"another": "model"}'
+    assert not (tmp_path / "bert.onnx").exists()
+
+
+def test_a_release_job_takes_a_folder_and_its_task_and_reruns_when_its_weights_change(folders, tmp_path):
+    folder = shutil.copytree(folders["bert-text-classification"], tmp_path / "classifier")
+    config = tmp_path / "exportgate.toml"
+    config.write_text('[models.classifier]\nspec = "classifier"\ntask = "text-classification"\n\n'
+                      '[artifacts.onnx17]\nto = "onnx"\nopset = 17\n')
+    cold = runs.run(config, out_dir=tmp_path / "out", cache_dir=tmp_path / "cache")
+    [(_, report)] = cold.jobs
+    assert report.exit_code == 0 and report.task == "text-classification" and report.model_type == "bert"
+    assert (tmp_path / "out/classifier/onnx17/tokenizer.json").is_file()
+    assert runs.run(config, out_dir=tmp_path / "out", cache_dir=tmp_path / "cache").reused == 1
+    from transformers import AutoModelForSequenceClassification
+
+    model = AutoModelForSequenceClassification.from_pretrained(str(folder))
+    model.classifier.bias.data += 1
+    model.save_pretrained(str(folder))
+    again = runs.run(config, out_dir=tmp_path / "out", cache_dir=tmp_path / "cache")
+    assert again.reused == 0 and again.exit_code == 0

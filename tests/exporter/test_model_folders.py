@@ -1,0 +1,162 @@
+"""transformers model folders as MODEL (README "transformers model folders"): what a folder may do
+is checked before transformers reads it, the task is inferred from config.architectures, and the
+loaded model takes the task's inputs with its symbolic axes.
+
+Folders are saved with `save_pretrained` from tiny seeded models (fixtures/models/hf_folders.py);
+the hostile ones are those folders edited. Real transformers throughout.
+"""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from exporter.frameworks import load_source
+from exporter.model_folders import read_folder
+from fixtures.models.hf_folders import FOLDERS, save_folder
+from verifiers.errors import BadInput, Incompatible
+from verifiers.report import EXIT_CODES
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """Every folder of FOLDERS, saved once."""
+    root = tmp_path_factory.mktemp("folders")
+    return {name: save_folder(name, root / name) for name in FOLDERS}
+
+
+@pytest.fixture
+def bert(saved, tmp_path):
+    """A copy of the BERT classifier's folder this test may edit."""
+    return shutil.copytree(saved["bert-text-classification"], tmp_path / "bert")
+
+
+def _edit_config(folder, **changes):
+    config = json.loads((folder / "config.json").read_text())
+    config.update(changes)
+    (folder / "config.json").write_text(json.dumps(config))
+
+
+@pytest.mark.parametrize("name", FOLDERS)
+def test_the_task_is_inferred_from_the_saved_architecture(saved, name):
+    folder = read_folder(saved[name], None, trust=False)
+    assert (folder.model_type, folder.task.name) == (FOLDERS[name].model_type, FOLDERS[name].task)
+    assert folder.weights == (saved[name] / "model.safetensors",)
+
+
+def test_a_model_type_without_the_tasks_head_is_incompatible(saved):
+    with pytest.raises(Incompatible, match="model type vit has no fill-mask head") as caught:
+        read_folder(saved["vit-image-classification"], "fill-mask", trust=False)
+    assert EXIT_CODES[caught.value.kind] == 4
+
+
+def test_an_architecture_of_no_task_lists_the_model_types_tasks(bert):
+    _edit_config(bert, architectures=["BertForPreTraining"])
+    with pytest.raises(BadInput, match="BertForPreTraining does not tell one task; give --task, one of: "
+                                       "feature-extraction, fill-mask, text-classification") as caught:
+        read_folder(bert, None, trust=False)
+    assert EXIT_CODES[caught.value.kind] == 2
+
+
+def test_an_unknown_task_is_bad_input(bert):
+    with pytest.raises(BadInput, match="--task summarize: unknown task"):
+        read_folder(bert, "summarize", trust=False)
+
+
+@pytest.mark.parametrize("config, message", [
+    ("{not json", "config.json does not load"),
+    ('{"architectures": ["BertModel"]}', "names no model_type"),
+    ('{"model_type": "bert", "auto_map": {"AutoModel": "modeling.Model"}}', "brings its own code"),
+])
+def test_configs_that_do_not_load_or_bring_code_are_refused(bert, config, message):
+    (bert / "config.json").write_text(config)
+    with pytest.raises(BadInput, match=message):
+        read_folder(bert, None, trust=False)
+
+
+def test_pickled_weights_load_only_with_trust_source(bert):
+    model = torch.nn.Linear(1, 1)
+    (bert / "model.safetensors").unlink()
+    torch.save(model.state_dict(), bert / "pytorch_model.bin")
+    with pytest.raises(BadInput, match=r"its weights are pickles \(pytorch_model.bin\).*--trust-source"):
+        read_folder(bert, None, trust=False)
+    assert read_folder(bert, None, trust=True).pickled
+
+
+def test_missing_weights_are_bad_input(bert):
+    (bert / "model.safetensors").unlink()
+    with pytest.raises(BadInput, match="no weights"):
+        read_folder(bert, None, trust=False)
+
+
+@pytest.mark.parametrize("shard, message", [
+    ("../elsewhere.safetensors", "names a shard outside the folder"),
+    ("/etc/passwd", "names a shard outside the folder"),
+    ("model-00002-of-00002.safetensors", "names a shard that is missing"),
+])
+def test_a_shard_index_may_name_only_files_inside_the_folder(bert, shard, message):
+    (bert / "model.safetensors").rename(bert / "model-00001-of-00002.safetensors")
+    (bert / "model.safetensors.index.json").write_text(json.dumps(
+        {"weight_map": {"a": "model-00001-of-00002.safetensors", "b": shard}}))
+    with pytest.raises(BadInput, match=message):
+        read_folder(bert, None, trust=False)
+
+
+def test_a_sharded_folder_lists_every_shard(saved, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(saved["llama-text-generation"])
+    model.save_pretrained(tmp_path / "sharded", max_shard_size="10KB")
+    folder = read_folder(tmp_path / "sharded", None, trust=False)
+    assert len(folder.weights) > 1
+    assert {p.name for p in folder.weights} == set(json.loads(
+        (tmp_path / "sharded" / "model.safetensors.index.json").read_text())["weight_map"].values())
+
+
+@pytest.mark.parametrize("name, inputs, dynamic", [
+    ("bert-text-classification", ["input_ids", "attention_mask", "token_type_ids"],
+     {"batch_size", "sequence_length"}),
+    ("distilbert-question-answering", ["input_ids", "attention_mask"], {"batch_size", "sequence_length"}),
+    ("bert-multiple-choice", ["input_ids", "attention_mask", "token_type_ids"],
+     {"batch_size", "num_choices", "sequence_length"}),
+    ("vit-image-classification", ["pixel_values"], {"batch_size"}),
+    ("t5-text2text-generation", ["input_ids", "attention_mask", "decoder_input_ids"],
+     {"batch_size", "sequence_length", "decoder_sequence_length"}),
+])
+def test_the_loaded_model_takes_the_tasks_inputs_and_returns_its_outputs(saved, name, inputs, dynamic):
+    source = load_source(str(saved[name]))
+    assert source.input_names == inputs
+    assert {axis.symbol for axis in source.dynamic} == dynamic
+    assert source.facts == {"model_type": FOLDERS[name].model_type, "task": FOLDERS[name].task}
+    names, _, outputs = source.run(source.example)
+    head = read_folder(saved[name], None, trust=False).task
+    assert names == list(head.outputs)
+    # the same numbers as the head transformers loads, called as transformers documents it
+    import transformers
+
+    reference = getattr(transformers, FOLDERS[name].head).from_pretrained(saved[name]).eval()
+    with torch.no_grad():
+        expected = reference(**{k: torch.from_numpy(v) for k, v in source.example.items()})
+    for name_, got in zip(names, outputs):
+        np.testing.assert_allclose(got, expected[name_].numpy(), atol=1e-6)
+
+
+def test_the_example_has_padding_and_token_ids_within_the_vocabulary(saved):
+    source = load_source(str(saved["bert-text-classification"]))
+    ids, mask = source.example["input_ids"], source.example["attention_mask"]
+    assert ids.max() < 100 and ids.dtype == np.int64
+    assert mask.all(axis=-1).any() and not mask.all() and mask.any(axis=-1).all()
+
+
+def test_task_is_only_for_model_folders(tmp_path):
+    with pytest.raises(BadInput, match="--task text-classification: applies to a transformers model folder"):
+        load_source(str(tmp_path / "model.keras"), task="text-classification")
+
+
+def test_tokenizer_files_are_found_and_links_are_not(bert, tmp_path):
+    (bert / "tokenizer.json").write_text("{}")
+    (tmp_path / "secret").write_text("not the model's")
+    (bert / "vocab.txt").symlink_to(tmp_path / "secret")
+    assert [p.name for p in read_folder(bert, None, trust=False).processing] == ["tokenizer.json"]
