@@ -17,6 +17,8 @@ from typing import Any
 from exporter.digests import Digests, sha256
 from exporter.frameworks import load_source
 from exporter.gelu_policy import PolicyOutcome, apply_gelu_policy, check_gelu_policy
+from exporter.generation import DECODE_STEPS, Generation, check_generation, reference_generation
+from exporter.model_tasks import TASKS
 from exporter import integer, localization
 from exporter.routes import ExportRequest, Route, check_request, route_for
 from exporter.sources import InputSpec, Source, make_batches, name_symbols, parse_dynamic_axis, parse_input_spec
@@ -74,6 +76,7 @@ class Checked:
     axes: list[DynamicAxis] = field(default_factory=list)  # the dynamic axes verified at several sizes
     plans: list[SymbolSizes] = field(default_factory=list)  # the sizes each symbol of `axes` is tried at
     sized: dict = field(default_factory=dict)  # (symbol, size) -> (feed, the source's outputs there)
+    generation: Generation | None = None  # a decoder with past: transformers' generate, step by step
     min_sqnr: float | None = None
     min_top1: float | None = None
     localize: bool | None = None  # --localize (True), --no-localize (False), else a red numeric run only
@@ -88,6 +91,13 @@ class Checked:
 def _reference(run: Checked) -> None:
     run.reference = [run.source.run(feed) for feed in run.feeds]
     _reference_at_sizes(run)
+    task = TASKS.get(run.source.facts.get("task"))
+    if task is not None and task.past:
+        run.generation = reference_generation(run.source.model, run.seed)
+
+
+def _check_generation(run: Checked) -> None:
+    check_generation(run.report, run.runner, run.generation, run.tolerances)
 
 
 def _reference_at_sizes(run: Checked) -> None:
@@ -101,6 +111,10 @@ def _reference_at_sizes(run: Checked) -> None:
                 run.sized[(plan.symbol, size)] = (feed, run.source.run(feed)[2])
             except BadInput as exc:
                 plan.skipped[size] = str(exc).replace("the source model failed on its inputs", "the source model fails")
+
+
+def _generating(run: Checked) -> str:
+    return f"generating with the artifact: a prefill and {DECODE_STEPS} cached decode steps"
 
 
 def _localize(run: Checked) -> None:
@@ -255,6 +269,7 @@ def _load_source(run: Exported) -> None:
     _record_source(run)
     _check_beside(run)
     run.route = route_for(run.source.framework.name, run.to, run.exporter, run.quantize)
+    _check_task_route(run)
     ranks = {spec.name: len(spec.shape) for spec in run.source.inputs}
     for axis in run.axes:
         if axis.input not in run.source.input_names:
@@ -285,6 +300,17 @@ def _declared_dynamic(run: Exported) -> list[DynamicAxis]:
     axes = ", ".join(f"{a.input} axis {a.axis}" for a in run.source.dynamic)
     run.report.notes.append(f"{static} static shapes only: {axes}, dynamic in the model, exported at the example size")
     return []
+
+
+def _check_task_route(run: Exported) -> None:
+    """A task with past needs a cache that grows from nothing, step by step: a route that exports
+    fixed sizes cannot give it (exit 4 naming model type, task and route)."""
+    task = TASKS.get(run.source.facts.get("task"))
+    if task is not None and task.past and run.route.static_shapes:
+        raise Incompatible(f"model type {run.source.facts['model_type']}, task {task.name}: the "
+                           f"{run.route.framework} -> {run.to} route ({'/'.join(run.route.exporters)}) exports fixed "
+                           "sizes, and a KV cache grows from an empty prefill step by step; export for "
+                           "text-generation (no cache) or to onnx")
 
 
 def _check_beside(run: Exported) -> None:
@@ -439,6 +465,8 @@ EXPORT_STEPS = (
          message=lambda run: f"loading the artifact in {runtime_for(run.to).runtime}", when=lambda run: run.verifying),
     Step("compare", _exported_artifact_loads(_compare), when=lambda run: run.verifying, timed=False),
     Step("sizes", _exported_artifact_loads(_exported_at_sizes), when=lambda run: run.verifying, timed=False),
+    Step("generate", _exported_artifact_loads(_check_generation), message=_generating,
+         when=lambda run: run.verifying and run.generation is not None),
     Step("layers", lambda run: _diagnose_layers(run, _exported_float_twin(run)),
          when=lambda run: run.verifying and run.quantize == "int8" and bool(integer.weak_outputs(run.report))),
     Step("gelu", _exported_artifact_loads(_judge_gelu),
@@ -594,6 +622,7 @@ VERIFY_STEPS = (
     Step("load_artifact", lambda run: run.runner.wait_loaded()),  # what is left of the load
     Step("compare", _compare, timed=False),
     Step("sizes", _compare_at_sizes, timed=False),
+    Step("generate", _check_generation, message=_generating, when=lambda run: run.generation is not None),
     Step("layers", lambda run: _diagnose_layers(run, _verified_float_twin(run)),
          when=lambda run: _integer_artifact(run) and bool(integer.weak_outputs(run.report))),
     Step("gelu", _judge_gelu,

@@ -19,6 +19,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from exporter.model_tasks import TASKS
 from verifiers.errors import ExportgateError, Terminated
 from verifiers.quiet import hide_framework_logs, show_framework_output
 from verifiers.writers import job_name
@@ -66,9 +67,8 @@ TrustSourceOption = Annotated[bool, typer.Option(
     "--trust-source", help="Load a model file whose loading can run code it carries (a .pt2: torch.export.load "
     "unpickles; a model folder's pickled weights or its own code). Without it such files are refused.")]
 TaskOption = Annotated[Optional[str], typer.Option(
-    "--task", help="A transformers model folder's task (feature-extraction, fill-mask, text-classification, "
-    "token-classification, question-answering, multiple-choice, image-classification, semantic-segmentation, "
-    "object-detection, text-generation, text2text-generation). Default: the one its config's architecture does.")]
+    "--task", help=f"A transformers model folder's task ({', '.join(TASKS)}). Default: the one its config's "
+    "architecture does (a causal LM: text-generation-with-past).")]
 MatrixOption = Annotated[Optional[Path], typer.Option(
     "--matrix", help="A YAML file of targets that adds to or overrides opset_matrix.yaml.")]
 

@@ -8,13 +8,17 @@ What the folder may do is checked before transformers reads it:
   lists, each a file inside the folder); pickled weights (pytorch_model.bin) only with
   --trust-source, as unpickling runs code;
 - the task is --task, else the one whose head class is config.architectures[0] (through
-  transformers' auto mappings); when that names none or several, exit 2 lists the tasks the model
-  type has. A model type that has no head for the task is exit 4, naming both.
+  transformers' auto mappings; a causal LM's is text-generation-with-past, as runtimes run it);
+  when that names none or several, exit 2 lists the tasks the model type has. A model type that has no head for the task is exit 4, naming both.
 
 The model is the task's head class loaded from the folder (no download: local files only), called
 with the task's inputs by keyword and returning the task's outputs by name; its example inputs are
 drawn from the config (vocabulary, image size, channels), and the task's symbolic axes are the
-source's dynamic axes.
+source's dynamic axes. A task with past takes its inputs positionally (`past_key_values.0.key` is
+no Python name): one past key and value per layer of the cache transformers builds for the model,
+in the shapes it builds them (heads, head size), handed to the model as a DynamicCache; the cache
+it returns is the present outputs. A model whose cache holds no keys and values per layer (a state
+space model) has no such task: exit 4.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from exporter.model_tasks import TASKS, Task, TaskInput
+from exporter.model_tasks import PAST_MASK, TASKS, Task, TaskInput
 from verifiers.errors import BadInput, Incompatible, one_line
 from verifiers.sizes import DynamicAxis
 
@@ -35,6 +39,11 @@ CONFIG = "config.json"
 SAFETENSORS, SAFETENSORS_INDEX = "model.safetensors", "model.safetensors.index.json"
 PICKLED, PICKLED_INDEX = "pytorch_model.bin", "pytorch_model.bin.index.json"
 EXAMPLE_SIZES = {"batch_size": 2, "sequence_length": 8, "decoder_sequence_length": 4, "num_choices": 2}
+# With past: a step of three new tokens after five cached ones (distinct sizes: one baked into the
+# artifact cannot pass for another).
+PAST_SIZES = {"sequence_length": 3, "past_sequence_length": 5, PAST_MASK: 8}
+PAST_KEYS = "past_key_values.{layer}.{kind}"
+PRESENT = "present.{layer}.{kind}"
 # What an application needs beside the artifact to feed it and read it: tokenizer, preprocessor and
 # generation settings, published next to the artifact when the folder has them.
 PROCESSING_FILES = (
@@ -137,6 +146,8 @@ def _task(config: dict, model_type: str, name: str | None, label: str) -> Task:
         return task
     architectures = config.get("architectures") or []
     found = [t for t in TASKS.values() if architectures and architectures[0] in _mapping(t).values()]
+    if len(found) > 1 and len({t.mapping for t in found}) == 1:  # one head, with and without past:
+        found = [t for t in found if t.past]  # a decoder ships with its cache, as runtimes run it
     if len(found) == 1:
         return found[0]
     candidates = [t.name for t in TASKS.values() if model_type in _mapping(t)]
@@ -145,7 +156,8 @@ def _task(config: dict, model_type: str, name: str | None, label: str) -> Task:
 
 
 def load_folder(folder: Folder, trust: bool) -> tuple[Any, dict[str, np.ndarray], list[DynamicAxis]]:
-    """The task's model loaded from the folder, its example inputs and its dynamic axes."""
+    """The task's model loaded from the folder, its example inputs (in the order the model takes
+    them) and its dynamic axes."""
     import torch
     import transformers
 
@@ -164,10 +176,15 @@ def load_folder(folder: Folder, trust: bool) -> tuple[Any, dict[str, np.ndarray]
             transformers_logging.enable_progress_bar()
     model.eval()
     inputs = _inputs(model, folder.task)
-    example = {spec.name: _example(spec, model.config) for spec in inputs}
-    dynamic = [DynamicAxis(spec.name, k, symbol) for spec in inputs for k, symbol in enumerate(spec.axes)
-               if symbol in folder.task.dynamic]
-    wrapped = task_module(torch, model, [spec.name for spec in inputs], folder.task)
+    layers = 0
+    if folder.task.past:
+        cached = _cache_inputs(torch, model, folder.model_type)
+        inputs, layers = [*inputs, *cached], len(cached) // 2
+    sizes = _sizes(model.config, folder.task)
+    example = {spec.name: _example(spec, model.config, sizes) for spec in inputs}
+    dynamic = [DynamicAxis(spec.name, k, symbol, low=0 if symbol == "past_sequence_length" else 1)
+               for spec in inputs for k, symbol in enumerate(spec.axes) if symbol in folder.task.dynamic]
+    wrapped = task_module(torch, model, [spec.name for spec in inputs], folder.task, layers)
     return wrapped, example, dynamic
 
 
@@ -180,15 +197,52 @@ def _inputs(model, task: Task) -> list[TaskInput]:
     return [spec for spec in task.inputs[main] if spec.name in taken]
 
 
-def _example(spec: TaskInput, config) -> np.ndarray:
-    """A seeded example of one input, its sizes from the config where it has them."""
-    rng = np.random.default_rng(0)
+def _cache_inputs(torch, model, model_type: str) -> list[TaskInput]:
+    """The past inputs of the cache transformers builds for the model (one token in): per layer a
+    key and a value, in the heads and head size of that layer."""
+    with torch.no_grad():
+        cache = returned_cache(model(input_ids=torch.zeros((1, 1), dtype=torch.long), use_cache=True))
+    layers = getattr(cache, "layers", None)
+    if not layers or not all(isinstance(getattr(layer, kind, None), torch.Tensor) and getattr(layer, kind).ndim == 4
+                             for layer in layers for kind in ("keys", "values")):
+        raise Incompatible(f"model type {model_type}: its cache ({type(cache).__name__}) holds no key and value "
+                           "per layer, so it has no text-generation-with-past export", kind="target")
+    inputs = []
+    for index, layer in enumerate(layers):
+        for kind, tensor in (("key", layer.keys), ("value", layer.values)):
+            _, heads, _, size = tensor.shape
+            inputs.append(TaskInput(PAST_KEYS.format(layer=index, kind=kind), str(tensor.dtype).removeprefix("torch."),
+                                    ("batch_size", heads, "past_sequence_length", size), "normal"))
+    return inputs
+
+
+def cache_argument(model) -> str:
+    """The keyword a model's forward takes its cache by: `cache` (transformers 5), formerly `past_key_values`."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def returned_cache(result):
+    """The cache a forward returned (`cache`, formerly `past_key_values`)."""
+    cache = result.get("cache")
+    return cache if cache is not None else result.get("past_key_values")
+
+
+def _sizes(config, task: Task) -> dict[str, int]:
     limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None) or 512
     image = getattr(config, "image_size", 32)
     image = image if isinstance(image, int) else image[0]
-    sizes = {**EXAMPLE_SIZES, "sequence_length": min(EXAMPLE_SIZES["sequence_length"], limit),
-             "num_channels": getattr(config, "num_channels", 3), "height": image, "width": image}
-    shape = tuple(sizes[axis] for axis in spec.axes)
+    sizes = {**EXAMPLE_SIZES, **(PAST_SIZES if task.past else {}),
+             "num_channels": getattr(config, "num_channels", 3), "height": image, "width": image,
+             "feature_size": getattr(config, "num_mel_bins", 80),
+             "encoder_sequence_length": 2 * getattr(config, "max_source_positions", 1500)}
+    sizes["sequence_length"] = min(sizes["sequence_length"], limit)
+    return sizes
+
+
+def _example(spec: TaskInput, config, sizes: dict[str, int]) -> np.ndarray:
+    """A seeded example of one input, its sizes from the config where it has them."""
+    rng = np.random.default_rng(0)
+    shape = tuple(sizes[axis] if isinstance(axis, str) else axis for axis in spec.axes)
     if spec.values == "tokens":
         vocab = getattr(config, "vocab_size", None) or getattr(getattr(config, "text_config", None), "vocab_size", 100)
         return rng.integers(0, vocab, size=shape).astype(spec.dtype)
@@ -198,27 +252,46 @@ def _example(spec: TaskInput, config) -> np.ndarray:
         return mask
     if spec.values == "zeros":
         return np.zeros(shape, spec.dtype)
+    if spec.values == "positions":  # the new tokens' positions, after the cached ones
+        past = sizes.get("past_sequence_length", 0)
+        return np.broadcast_to(np.arange(past, past + shape[-1]), shape).astype(spec.dtype)
     return rng.standard_normal(shape).astype(spec.dtype)
 
 
-def task_module(torch, model, names: list[str], task: Task):
+def task_module(torch, model, names: list[str], task: Task, layers: int = 0):
     """`model` as a module taking the task's inputs (positionally or by keyword, in `names`' order)
-    and returning {output name: tensor} for the task's outputs."""
+    and returning {output name: tensor} for the task's outputs (with past: the present key and
+    value of each of its `layers` too)."""
+    from transformers import DynamicCache
+
+    past = [PAST_KEYS.format(layer=i, kind=kind) for i in range(layers) for kind in ("key", "value")]
+    cache_keyword = cache_argument(model)
 
     class TaskModel(torch.nn.Module):
         def __init__(self):
             super().__init__()
             self.model = model
+            self.config = model.config
             self.train(model.training)
 
         def forward(self, *args, **kwargs):
             inputs = {**dict(zip(names, args)), **kwargs}
-            extra = {"use_cache": False} if task.causal else {}
-            result = self.model(**inputs, **extra, return_dict=True)
-            return {name: result[name] for name in task.outputs}
+            if not task.past:
+                extra = {"use_cache": False} if task.causal else {}
+                result = self.model(**inputs, **extra, return_dict=True)
+                return {name: result[name] for name in task.outputs}
+            tensors = [inputs.pop(name) for name in past]
+            cache = DynamicCache(ddp_cache_data=list(zip(tensors[0::2], tensors[1::2])), config=self.config)
+            result = self.model(**inputs, **{cache_keyword: cache}, use_cache=True, return_dict=True)
+            outputs = {name: result[name] for name in task.outputs}
+            for i, layer in enumerate(returned_cache(result).layers):
+                outputs[PRESENT.format(layer=i, kind="key")] = layer.keys
+                outputs[PRESENT.format(layer=i, kind="value")] = layer.values
+            return outputs
 
+    # Python names for the signature torch reads (a past input's own name has dots in it)
     TaskModel.forward.__signature__ = inspect.Signature(
         [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
-        + [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD) for name in names])
+        + [inspect.Parameter(name.replace(".", "_"), inspect.Parameter.POSITIONAL_OR_KEYWORD) for name in names])
     TaskModel.__name__ = TaskModel.__qualname__ = f"{type(model).__name__}For{task.name.title().replace('-', '')}"
     return TaskModel()

@@ -6,6 +6,11 @@ takes and returns, and which axes stay dynamic. Names follow optimum's (`feature
 What a task feeds depends on the model's modality, read from its `main_input_name`: token ids for a
 text model, pixels for a vision model. An input the model's forward does not take is left out (a
 DistilBERT takes no token_type_ids).
+
+A task `with past` runs a decoder one step of generation with its KV cache, in the layout
+onnxruntime-genai and optimum's runtime read: `past_key_values.N.key` / `.value` in (batch_size,
+heads, past_sequence_length, head_size), `present.N.key` / `.value` out, past and new positions
+together; the attention mask covers both (`past_sequence_length + sequence_length`).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ class TaskInput:
     name: str
     dtype: str
     axes: tuple[str, ...]  # one symbol per axis
-    values: str  # how an example is drawn: "tokens", "mask", "zeros", "pixels"
+    values: str  # how an example is drawn: "tokens", "mask", "zeros", "normal", "positions"
 
 
 @dataclass(frozen=True)
@@ -29,7 +34,8 @@ class Task:
     # inputs by the model's main input ("input_ids", "pixel_values")
     inputs: dict[str, tuple[TaskInput, ...]]
     dynamic: tuple[str, ...] = ("batch_size", "sequence_length")  # symbols exported dynamic
-    causal: bool = False  # a decoder: called without a cache
+    causal: bool = False  # a decoder: called without a cache, unless with past
+    past: bool = False  # past_key_values in, present out (see the module docstring)
 
 
 TEXT = (
@@ -38,7 +44,18 @@ TEXT = (
     TaskInput("token_type_ids", "int64", ("batch_size", "sequence_length"), "zeros"),
 )
 CHOICES = tuple(TaskInput(i.name, i.dtype, ("batch_size", "num_choices", "sequence_length"), i.values) for i in TEXT)
-PIXELS = (TaskInput("pixel_values", "float32", ("batch_size", "num_channels", "height", "width"), "pixels"),)
+PIXELS = (TaskInput("pixel_values", "float32", ("batch_size", "num_channels", "height", "width"), "normal"),)
+# log-mel features of a fixed number of frames (Whisper pads every input to 30 s)
+FEATURES = (
+    TaskInput("input_features", "float32", ("batch_size", "feature_size", "encoder_sequence_length"), "normal"),
+    TaskInput("decoder_input_ids", "int64", ("batch_size", "decoder_sequence_length"), "tokens"),
+)
+PAST_MASK = "past_sequence_length + sequence_length"
+CACHED = (
+    TEXT[0],
+    TaskInput("attention_mask", "int64", ("batch_size", PAST_MASK), "mask"),
+    TaskInput("position_ids", "int64", ("batch_size", "sequence_length"), "positions"),
+)
 SEQ2SEQ = (
     *TEXT[:2],
     TaskInput("decoder_input_ids", "int64", ("batch_size", "decoder_sequence_length"), "tokens"),
@@ -62,6 +79,10 @@ TASKS: dict[str, Task] = {task.name: task for task in (
          {"pixel_values": PIXELS}, dynamic=("batch_size",)),
     Task("text-generation", "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", ("logits",), {"input_ids": TEXT[:2]},
          causal=True),
+    Task("text-generation-with-past", "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", ("logits",), {"input_ids": CACHED},
+         dynamic=("batch_size", "sequence_length", "past_sequence_length", PAST_MASK), causal=True, past=True),
+    Task("automatic-speech-recognition", "MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES", ("logits",),
+         {"input_features": FEATURES}, dynamic=("batch_size", "decoder_sequence_length"), causal=True),
     Task("text2text-generation", "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", ("logits",),
          {"input_ids": SEQ2SEQ}, dynamic=("batch_size", "sequence_length", "decoder_sequence_length"), causal=True),
 )}

@@ -116,6 +116,22 @@ def _dataclass(cls, data: dict[str, Any] | None):
 EXIT_PRECEDENCE = tuple(dict.fromkeys(EXIT_CODES.values()))  # 130, 143, 2, 4, 3, 1: the first present wins
 
 
+def _held(entries: list[dict[str, Any]]) -> list[str]:
+    """`x axis 1 at 1, 3, 6, 15` per axis; a symbol of more than three axes as one:
+    `batch_size (7 axes) at 1, 2, 3, 7`."""
+    by_symbol: dict[str, list[dict[str, Any]]] = {}
+    for entry in entries:
+        by_symbol.setdefault(entry["symbol"], []).append(entry)
+    held = []
+    for symbol, axes in by_symbol.items():
+        sizes = ", ".join(map(str, axes[0]["sizes"]))
+        if len(axes) > 3:
+            held.append(f"{symbol} ({len(axes)} axes) at {sizes}")
+        else:
+            held.extend(f"{d['input']} axis {d['axis']} at {', '.join(map(str, d['sizes']))}" for d in axes)
+    return held
+
+
 def combined_exit_code(codes) -> int:
     """The exit code of several runs, as of one run's several findings: the most severe."""
     present = set(codes)
@@ -168,6 +184,10 @@ class Report:
     # source's, "computed": float tensors it computes, "profile": [{"order", "node", "max_abs",
     # "introduced_max_abs", "tolerance"} per aligned tensor], "batch": which batch, "message": one line}.
     divergence: dict[str, Any] = field(default_factory=dict)
+    # A decoder with past run as generation runs it (exporter.generation): prompt_length,
+    # decode_steps, tokens (transformers' generate), steps [{step, past_length, max_abs_err, tokens,
+    # expected_tokens}].
+    generation: dict[str, Any] = field(default_factory=dict)
     failures: list[Finding] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
@@ -287,11 +307,15 @@ class Report:
         if self.dynamic and not self.failures:
             checked = [d for d in self.dynamic if d["status"] == "pass"]
             if checked:
-                lines.append("  dynamic axes hold at other sizes: " + "; ".join(
-                    f"{d['input']} axis {d['axis']} at {', '.join(map(str, d['sizes']))}" for d in checked))
+                lines.append("  dynamic axes hold at other sizes: " + "; ".join(_held(checked)))
             for entry in self.dynamic:
                 if entry["status"] == "skipped":
                     lines.append(f"  {entry['input']} axis {entry['axis']} not checked at other sizes: {entry['detail']}")
+        if self.generation and not self.failures:
+            steps = self.generation["steps"]
+            lines.append(f"  generates as transformers' generate does: prefill and {len(steps) - 1} cached decode "
+                         f"step(s) (past length {steps[1]['past_length']} to {steps[-1]['past_length']}), same "
+                         f"tokens, logits max abs err {max(s['max_abs_err'] for s in steps):.3g}")
         if self.gelu_guard.startswith("off"):
             lines.append(f"  GELU guard {self.gelu_guard}")
         if self.gelu and not any(f.kind == "gelu" for f in self.failures):

@@ -6,6 +6,10 @@ same plan: from the axes an export declared, or those of the artifact being veri
 feed the export sizes are read from. Each symbol is tried at its export size and at 1, a prime
 other than the export size and a larger size (2 x export + 3), inside the axis's range; every
 other axis stays at its export size. One seeded batch is made per extra size.
+
+An axis whose symbol is a sum of others (`past_sequence_length + sequence_length`: the attention
+mask of a decoder with a KV cache, as exporters name it) is not tried on its own: it grows and
+shrinks with each of its parts.
 """
 
 from __future__ import annotations
@@ -21,6 +25,12 @@ if TYPE_CHECKING:
 # tf2onnx names every unknown dimension anew (unk__123): such names say nothing about which axes
 # move together.
 _UNNAMED = re.compile(r"^(unk__\d+|\?|-1|)$")
+_SUM = re.compile(r"^[A-Za-z_]\w*( \+ [A-Za-z_]\w*)+$")
+
+
+def parts_of(symbol: str) -> tuple[str, ...]:
+    """The symbols a sum symbol adds up (`past_sequence_length + sequence_length`), else ()."""
+    return tuple(symbol.split(" + ")) if _SUM.match(symbol) else ()
 
 
 @dataclass(frozen=True)
@@ -89,14 +99,20 @@ class SymbolSizes:
     failed: dict[int, str] = field(default_factory=dict)  # size -> the first failure there
     max_abs_err: dict[int, float] = field(default_factory=dict)  # size -> over every output
     static: str | None = None  # why the symbol was not run at all (static in the artifact)
+    # axes of a sum symbol with this one among its parts, and their export sizes: they move with it
+    derived: list[tuple[DynamicAxis, int]] = field(default_factory=list)
 
     @property
     def extra_sizes(self) -> list[int]:
         return [size for size in self.sizes if size != self.export_size]
 
     def where(self, size: int) -> str:
-        """`x axis 1 = 11 (export size 6)`; several axes of the symbol are listed together."""
-        return f"{', '.join(a.describe() for a in self.axes)} = {size} (export size {self.export_size})"
+        """`x axis 1 = 11 (export size 6)`; several axes of the symbol are listed together, more
+        than three by the symbol: `past_sequence_length (4 axes: past_key_values.0.key axis 2, ...)`."""
+        axes = ", ".join(a.describe() for a in self.axes)
+        if len(self.axes) > 3:
+            axes = f"{self.symbol} ({len(self.axes)} axes: {self.axes[0].describe()}, ...)"
+        return f"{axes} = {size} (export size {self.export_size})"
 
     @property
     def status(self) -> str:
@@ -135,8 +151,9 @@ def plan_sizes(axes: list[DynamicAxis], feed: dict[str, np.ndarray], limit: int 
     """The sizes each symbol of `axes` is tried at: the export size read off `feed`; `limit` (a
     position-embedding length the model states) bounds every axis but the batch."""
     plans: dict[str, SymbolSizes] = {}
+    sums = [a for a in axes if parts_of(a.symbol) and a.input in feed]
     for axis in axes:
-        if axis.input not in feed:
+        if axis.input not in feed or axis in sums:
             continue
         plan = plans.get(axis.symbol)
         if plan is None:
@@ -146,10 +163,16 @@ def plan_sizes(axes: list[DynamicAxis], feed: dict[str, np.ndarray], limit: int 
         plan.low = max(plan.low, axis.low)
         if axis.high is not None:
             plan.high = axis.high if plan.high is None else min(plan.high, axis.high)
+    for axis in sums:
+        for part in parts_of(axis.symbol):
+            if part in plans:
+                plans[part].derived.append((axis, int(feed[axis.input].shape[axis.axis])))
     for plan in plans.values():
         high = plan.high
         if limit is not None and any(a.axis != 0 for a in plan.axes):
             high = limit if high is None else min(high, limit)
+            for _, total in plan.derived:  # the sum must stay within the limit too
+                high = min(high, limit - (total - plan.export_size))
         plan.sizes = sizes_to_try(plan.export_size, plan.low, high)
     return list(plans.values())
 
@@ -161,14 +184,16 @@ def sized_feed(feed: dict[str, np.ndarray], plan: SymbolSizes, size: int, seed: 
     import numpy as np
 
     rng = np.random.default_rng([seed, size, zlib.crc32(plan.symbol.encode())])
+    sizes = {(a.input, a.axis): size for a in plan.axes}
+    sizes.update({(a.input, a.axis): total + size - plan.export_size for a, total in plan.derived})
     resized = dict(feed)
     for name, array in feed.items():
-        axes = [a.axis for a in plan.axes if a.input == name]
+        axes = {k: n for (input_name, k), n in sizes.items() if input_name == name}
         if not axes:
             continue
         shape = list(array.shape)
-        for k in axes:
-            shape[k] = size
+        for k, n in axes.items():
+            shape[k] = n
         resized[name] = _values_like(array, tuple(shape), rng)
     return resized
 

@@ -8,6 +8,7 @@ else in exportgate imports a user's file.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import sys
 from pathlib import Path
@@ -152,7 +153,13 @@ def _load_folder(spec: str, input_specs: list[InputSpec], default_inputs, trust_
     folder = read_folder(Path(spec), task, trust_source)
     with recording() as files:
         model, example, dynamic = load_folder(folder, trust_source)
-    source = framework.make_source(spec, model, example, input_specs, default_inputs)
+    if all(name.isidentifier() for name in example):
+        source = framework.make_source(spec, model, example, input_specs, default_inputs)
+    else:  # called positionally (a past input's name is no Python name); the inputs keep their names
+        source = framework.make_source(spec, model, tuple(example.values()), [], default_inputs)
+        given = {s.name: s for s in input_specs}
+        source.inputs = [given.get(name, dataclasses.replace(s, name=name)) for s, name in zip(source.inputs, example)]
+        source.example = dict(example)
     given = {s.name for s in input_specs}
     source.dynamic = [axis for axis in dynamic if axis.input not in given]
     source.files = sorted({*files, *(f.resolve() for f in folder.files)})

@@ -38,6 +38,7 @@ from exporter.sources import Source
 from exporter.staging import remove_artifact
 from verifiers.gelu.torch_sites import is_exported_program
 from verifiers.onnx_model import default_opset, iter_graphs, load_structure
+from verifiers.sizes import parts_of
 
 DYNAMO_BASE_OPSET = 18  # below this the dynamo exporter converts down, and may silently not
 TORCHSCRIPT_MAX_OPSET = 20
@@ -52,12 +53,26 @@ def _export_dynamo(source, request, dest, args, kwargs, hints):
         dynamic_shapes=_dynamic_shapes(torch, source, request.dynamic, bool(kwargs)), external_data=True,
         optimize=True,
     )
-    if request.opset is not None and request.opset < DYNAMO_BASE_OPSET:
-        import onnx
+    import onnx
 
-        model = onnx.load(str(dest), load_external_data=False)
-        if split_sizes_for_opset(model):
-            onnx.save(model, str(dest))  # the weights stay in the external data file, untouched
+    model = onnx.load(str(dest), load_external_data=False)
+    split = request.opset is not None and request.opset < DYNAMO_BASE_OPSET and split_sizes_for_opset(model)
+    if name_input_dims(model, request.dynamic) or split:
+        onnx.save(model, str(dest))  # the weights stay in the external data file, untouched
+
+
+def name_input_dims(model, axes) -> int:
+    """Name each dynamic input dimension after its symbol where the exporter named it otherwise
+    (torch.export names a dimension it related to others itself: `s53` for the attention mask over
+    past and new tokens); returns how many it renamed."""
+    dims = {(i.name, k): d for i in model.graph.input for k, d in enumerate(i.type.tensor_type.shape.dim)}
+    renamed = 0
+    for axis in axes:
+        dim = dims.get((axis.input, axis.axis))
+        if dim is not None and not dim.HasField("dim_value") and dim.dim_param != axis.symbol:
+            dim.dim_param = axis.symbol
+            renamed += 1
+    return renamed
 
 
 def split_sizes_for_opset(model) -> int:
@@ -112,7 +127,9 @@ def _dynamic_shapes(torch, source, axes, by_keyword: bool):
         low, high = dims.get(axis.symbol, (axis.low, axis.high))
         highs = [h for h in (high, axis.high) if h is not None]
         dims[axis.symbol] = (max(low, axis.low), min(highs) if highs else None)
-    made = {symbol: torch.export.Dim(symbol, min=low, **({} if high is None else {"max": high}))
+    # a sum of symbols (the attention mask over past and new tokens) is left to torch.export to relate
+    made = {symbol: torch.export.Dim.DYNAMIC if parts_of(symbol) else
+            torch.export.Dim(symbol, min=low, **({} if high is None else {"max": high}))
             for symbol, (low, high) in dims.items()}
     per_input = {name: {a.axis: made[a.symbol] for a in axes if a.input == name} or None
                  for name in source.input_names}

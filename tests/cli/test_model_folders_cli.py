@@ -14,6 +14,7 @@ import shutil
 import pytest
 
 from exporter import runs
+from fixtures.broken_caches import restart_positions, swap_presents
 from fixtures.inject_faults import inject_onnx
 from fixtures.models.hf_folders import save_folder
 from tests.conftest import run_cli
@@ -23,7 +24,7 @@ from tests.conftest import run_cli
 def folders(tmp_path_factory):
     root = tmp_path_factory.mktemp("folders")
     saved = {name: save_folder(name, root / name) for name in (
-        "bert-text-classification", "roberta-fill-mask", "vit-image-classification", "llama-text-generation")}
+        "bert-text-classification", "roberta-fill-mask", "vit-image-classification", "llama-causal-lm")}
     from transformers import BertTokenizerFast
 
     vocab = root / "vocab.txt"
@@ -128,11 +129,14 @@ def test_a_source_site_off_its_config_is_reported(folders, cli, tmp_path):
         in result.stdout + result.stderr
 
 
-def test_a_decoder_exports_at_opset_20_and_a_vision_model_to_tflite_at_fixed_sizes(folders, cli, tmp_path):
-    llama = cli("export", folders["llama-text-generation"], "--to", "onnx", "--opset", "20", "--out",
-                tmp_path / "llama.onnx", "--report", tmp_path / "llama.json")
+def test_a_decoder_exports_without_its_cache_and_a_vision_model_to_tflite_at_fixed_sizes(folders, cli, tmp_path):
+    llama = cli("export", folders["llama-causal-lm"], "--task", "text-generation", "--to", "onnx", "--opset", "17",
+                "--out", tmp_path / "llama.onnx", "--report", tmp_path / "llama.json")
     assert llama.returncode == 0, llama.stdout + llama.stderr
-    assert json.loads((tmp_path / "llama.json").read_text())["task"] == "text-generation"
+    report = json.loads((tmp_path / "llama.json").read_text())
+    assert report["task"] == "text-generation" and not report["generation"]
+    assert [d["symbol"] for d in report["dynamic"]] == ["batch_size", "batch_size", "sequence_length",
+                                                        "sequence_length"]
     vit = cli("export", folders["vit-image-classification"], "--to", "tflite", "--out", tmp_path / "vit.tflite",
               "--report", tmp_path / "vit.json")
     assert vit.returncode == 0, vit.stdout + vit.stderr
@@ -182,3 +186,52 @@ def test_a_release_job_takes_a_folder_and_its_task_and_reruns_when_its_weights_c
     model.save_pretrained(str(folder))
     again = runs.run(config, out_dir=tmp_path / "out", cache_dir=tmp_path / "cache")
     assert again.reused == 0 and again.exit_code == 0
+
+
+@pytest.fixture(scope="module")
+def llama_with_past(folders, tmp_path_factory):
+    """The Llama folder exported for its inferred task, with its KV cache (dynamo, opset 20), its
+    report beside it."""
+    out = tmp_path_factory.mktemp("llama") / "llama.onnx"
+    result = run_cli("export", folders["llama-causal-lm"], "--to", "onnx", "--opset", "20", "--out", out,
+                     "--report", out.parent / "report.json", cwd=out.parent)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return out, json.loads((out.parent / "report.json").read_text()), result
+
+
+def test_a_decoder_with_past_takes_the_cache_in_the_runtime_layout_and_generates_as_transformers(llama_with_past):
+    import onnx
+
+    out, report, result = llama_with_past
+    assert report["task"] == "text-generation-with-past"  # a causal LM's, inferred
+    graph = onnx.load(str(out), load_external_data=False).graph
+    dims = {v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim] for v in graph.input}
+    assert dims["input_ids"] == dims["position_ids"] == ["batch_size", "sequence_length"]
+    assert dims["attention_mask"] == ["batch_size", "past_sequence_length + sequence_length"]
+    assert dims["past_key_values.1.value"] == ["batch_size", 1, "past_sequence_length", 16]  # one KV head of 16
+    assert [o.name for o in graph.output] == ["logits", "present.0.key", "present.0.value", "present.1.key",
+                                              "present.1.value"]
+    # every symbol held at other sizes, the mask's length moving with each of its parts
+    assert {d["symbol"] for d in report["dynamic"] if d["status"] == "pass"} == {
+        "batch_size", "sequence_length", "past_sequence_length"}
+    generation = report["generation"]
+    assert generation["decode_steps"] >= 3
+    assert [s["past_length"] for s in generation["steps"]] == [0, 6, 7, 8, 9]
+    assert all(s["tokens"] == s["expected_tokens"] for s in generation["steps"])
+    assert "generates as transformers' generate does: prefill and 4 cached decode step(s)" in result.stderr
+
+
+@pytest.mark.parametrize("breaking, first_step", [(swap_presents, 1), (restart_positions, 1)])
+def test_a_broken_cache_fails_naming_the_decode_step_and_the_output(folders, llama_with_past, cli, tmp_path,
+                                                                    breaking, first_step):
+    out, _, _ = llama_with_past
+    broken = tmp_path / "broken.onnx"
+    breaking(out, broken)
+    result = cli("verify", broken, "--source", folders["llama-causal-lm"], "--task", "text-generation-with-past",
+                 "--no-localize", "--report", tmp_path / "r.json")
+    assert result.returncode == 1, result.stdout + result.stderr
+    failures = json.loads((tmp_path / "r.json").read_text())["failures"]
+    generate = [f for f in failures if f["message"].startswith("generate: ")]
+    assert generate and min(f["data"]["generate_step"] for f in generate) == first_step
+    assert f"generate: decode step {first_step} (past length 6): output logits" in result.stderr
+    assert all(f["output"] == "logits" for f in generate)

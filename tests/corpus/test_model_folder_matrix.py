@@ -1,6 +1,7 @@
 """Every model folder of fixtures/models/hf_folders.py, exported for its inferred task to ONNX at
-opsets 17 and 20 and to TFLite, and verified at several sizes of each dynamic axis (README
-"transformers model folders": the table of cells). Slow: 45 exports.
+opsets 17 and 20 and to TFLite, and verified at several sizes of each dynamic axis; every decoder
+also with its KV cache, which must generate as transformers' generate does (README "transformers
+model folders": the table of cells). Slow.
 """
 
 import pytest
@@ -11,6 +12,7 @@ from fixtures.models.hf_folders import FOLDERS, save_folder
 pytestmark = pytest.mark.slow
 
 CELLS = [("onnx", 17), ("onnx", 20), ("tflite", None)]
+DECODERS = [name for name, spec in FOLDERS.items() if spec.task == "text-generation-with-past"]
 
 
 @pytest.fixture(scope="module")
@@ -24,6 +26,10 @@ def saved(tmp_path_factory):
 def test_each_folder_exports_and_verifies(saved, tmp_path, name, to, opset):
     out = tmp_path / f"{name}.{to}"
     report = api.export(str(saved[name]), to=to, out=out, opset=opset)
+    if to == "tflite" and name in DECODERS:  # README: the exit-4 cells and their reasons
+        assert report.exit_code == 4 and not out.exists()
+        assert "KV cache" in report.summary_lines()[1] and FOLDERS[name].model_type in report.summary_lines()[1]
+        return
     assert report.exit_code == 0, report.summary_lines()
     assert (report.model_type, report.task) == (FOLDERS[name].model_type, FOLDERS[name].task)
     assert out.is_file()
@@ -31,5 +37,19 @@ def test_each_folder_exports_and_verifies(saved, tmp_path, name, to, opset):
         symbols = {entry["symbol"] for entry in report.dynamic}
         assert "batch_size" in symbols
         assert all(entry["status"] == "pass" and len(entry["sizes"]) >= 3 for entry in report.dynamic)
+        if name in DECODERS:  # and the cache generates as transformers' generate does
+            steps = report.generation["steps"]
+            assert len(steps) >= 4 and steps[0]["past_length"] == 0 and all(s["past_length"] > 0 for s in steps[1:])
+            assert all(s["tokens"] == s["expected_tokens"] for s in steps)
+            assert symbols == {"batch_size", "sequence_length", "past_sequence_length"}
     else:  # litert-torch exports at the example's sizes
         assert any("static shapes only" in note for note in report.notes)
+
+
+@pytest.mark.parametrize("to, opset", CELLS, ids=["onnx17", "onnx20", "tflite"])
+@pytest.mark.parametrize("name", DECODERS)
+def test_each_decoder_exports_without_its_cache(saved, tmp_path, name, to, opset):
+    out = tmp_path / f"{name}.{to}"
+    report = api.export(str(saved[name]), to=to, out=out, opset=opset, task="text-generation")
+    assert report.exit_code == 0, report.summary_lines()
+    assert not report.generation

@@ -107,7 +107,7 @@ def test_a_shard_index_may_name_only_files_inside_the_folder(bert, shard, messag
 def test_a_sharded_folder_lists_every_shard(saved, tmp_path):
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(saved["llama-text-generation"])
+    model = AutoModelForCausalLM.from_pretrained(saved["llama-causal-lm"])
     model.save_pretrained(tmp_path / "sharded", max_shard_size="10KB")
     folder = read_folder(tmp_path / "sharded", None, trust=False)
     assert len(folder.weights) > 1
