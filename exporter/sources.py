@@ -5,6 +5,8 @@ exporter.frameworks loads a MODEL spec into a Source; this module knows nothing 
 
 from __future__ import annotations
 
+import gc
+
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,8 +68,10 @@ class Source:
 
     def release(self) -> None:
         """Drop the model once nothing runs it any more (an export's verification runs only the
-        artifact): its weights go back before the runtime loads the artifact's beside them."""
+        artifact): its weights go back before the runtime loads the artifact's beside them (now:
+        a transformers model holds reference cycles, which only the collector frees)."""
         self.model = None
+        gc.collect()
 
     def run(self, feed: dict[str, np.ndarray]) -> tuple[list[str], bool, list[np.ndarray]]:
         """Run the source model: (output names, whether the names are the model's own, arrays)."""

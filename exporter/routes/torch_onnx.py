@@ -53,12 +53,28 @@ def _export_dynamo(source, request, dest, args, kwargs, hints):
         dynamic_shapes=_dynamic_shapes(torch, source, request.dynamic, bool(kwargs)), external_data=True,
         optimize=True,
     )
+    _forget_matched_graphs()
     import onnx
 
     model = onnx.load(str(dest), load_external_data=False)
     split = request.opset is not None and request.opset < DYNAMO_BASE_OPSET and split_sizes_for_opset(model)
     if name_input_dims(model, request.dynamic) or split:
         onnx.save(model, str(dest))  # the weights stay in the external data file, untouched
+
+
+def _forget_matched_graphs() -> None:
+    """Let go of the exported graph once it is on disk. onnxscript's rewrite rules, which torch.onnx
+    optimizes with, are module-level objects whose matchers keep the last graph and match they saw,
+    and through them every parameter of the model (also those the optimizer folded into new
+    constants): a released source would stay in memory beside the artifact's runtime."""
+    import gc
+
+    from onnxscript.rewriter import _matcher
+
+    for matcher in gc.get_objects():
+        if isinstance(matcher, _matcher.PatternMatcher) and hasattr(matcher, "_match"):
+            matcher._init_match(0)  # an empty match, no current node
+            matcher._graph = matcher._tracer = None
 
 
 def name_input_dims(model, axes) -> int:

@@ -100,3 +100,23 @@ def test_split_num_outputs_is_rewritten_for_the_lower_opset(opset, size, parts, 
     got = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
     assert [g.shape[1] for g in got] == sizes
     np.testing.assert_array_equal(np.concatenate(got, axis=1), x)
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_a_released_source_leaves_memory_after_the_export(tmp_path, exporter):
+    """The weights of an exported, released source are freed before the artifact's runtime loads
+    beside them: nothing the exporter leaves behind (onnxscript's rewrite rules keep the last graph
+    they optimized) holds them, and a transformers model's reference cycles are collected."""
+    import weakref
+
+    from exporter.frameworks import load_source
+    from exporter.routes import ExportRequest, route_for
+    from fixtures.models.hf_folders import save_folder
+
+    source = load_source(str(save_folder("llama-causal-lm", tmp_path / "llama")))
+    weight = weakref.ref(source.model.model.lm_head.weight)
+    request = ExportRequest("onnx", opset=18, exporter=exporter, dynamic=source.dynamic,
+                            sample_inputs=source.example)
+    route_for("torch", "onnx", exporter).export(source, request, tmp_path / "llama.onnx", lambda message: None)
+    source.release()
+    assert weight() is None
