@@ -76,3 +76,19 @@ def keras_mobilenet_v2():
     keras.utils.set_random_seed(0)
     return keras.applications.MobileNetV2(input_shape=(MOBILENET_SIZE, MOBILENET_SIZE, 3), alpha=0.35, weights=None,
                                           classes=10)
+
+
+def save_big_llama_folder(path):
+    """A Llama model folder with about 5.1 GB of float32 weights (hidden 2048, 26 layers, MLP 5632,
+    32 query and 4 key/value heads, vocabulary 32000: 1.28 B parameters), seeded random weights,
+    saved with safetensors; returns the weight bytes."""
+    import torch
+    import transformers as tr
+
+    torch.manual_seed(0)
+    config = tr.LlamaConfig(hidden_size=2048, intermediate_size=5632, num_hidden_layers=26, num_attention_heads=32,
+                            num_key_value_heads=4, vocab_size=32000, max_position_embeddings=2048,
+                            tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    model = tr.LlamaForCausalLM(config).eval()
+    model.save_pretrained(path)
+    return sum(p.numel() * p.element_size() for p in model.parameters())
