@@ -17,10 +17,16 @@ from typing import Any
 from exporter.digests import Digests, sha256
 from exporter.frameworks import load_source
 from exporter.gelu_policy import PolicyOutcome, apply_gelu_policy, check_gelu_policy
-from exporter.generation import DECODE_STEPS, Generation, check_generation, reference_generation
+from exporter.generation import (
+    DECODE_STEPS,
+    Generation,
+    check_generation,
+    check_generation_by_rows,
+    reference_generation,
+)
 from exporter.model_tasks import TASKS
 from exporter import integer, localization
-from exporter.routes import ExportRequest, Route, check_request, route_for
+from exporter.routes import ExportRequest, Route, check_request, route_for, route_with_past
 from exporter.sources import InputSpec, Source, make_batches, name_symbols, parse_dynamic_axis, parse_input_spec
 from exporter.sources import specs_of_tensors, stated_length_limit
 from exporter.staging import Staging, out_lock, remove_artifact, sweep_abandoned
@@ -43,7 +49,9 @@ from verifiers.pipeline import (
 )
 from verifiers.report import ArtifactInfo, Report
 from verifiers.runtimes import InvalidArtifact, Runner, runtime_for
+from verifiers.runtimes import isolation
 from verifiers.runtimes.isolation import start_early
+from verifiers.runtimes.litert_lm import teacher_forced_logits
 from verifiers.sizes import DynamicAxis, SymbolSizes, artifact_axes, plan_sizes, sized_feed, undeclared_entry
 from verifiers.steps import Progress, Step, run_steps, silent
 from verifiers.targets import Target
@@ -97,7 +105,19 @@ def _reference(run: Checked) -> None:
 
 
 def _check_generation(run: Checked) -> None:
-    check_generation(run.report, run.runner, run.generation, run.tolerances)
+    if _by_signatures(run):
+        path = str(run.artifact.path)
+        check_generation_by_rows(run.report, run.generation, run.tolerances, lambda prompt, continuation: isolation.call(
+            teacher_forced_logits, path, prompt, continuation, runtime=run.runner.runtime,
+            step="generating with the artifact", runner=run.runner))
+    else:
+        check_generation(run.report, run.runner, run.generation, run.tolerances)
+
+
+def _by_signatures(run: Checked) -> bool:
+    """An LLM of prefill and decode signatures: verified by generating; the source's inputs map to
+    none of its signatures."""
+    return run.artifact is not None and run.artifact.generates_by_signatures
 
 
 def _reference_at_sizes(run: Checked) -> None:
@@ -159,7 +179,7 @@ def _exported_at_sizes(run: Exported) -> None:
 
 
 def _judge_gelu(run: Checked) -> None:
-    run.artifact_sites = judge_gelu(run.report, run.artifact, run.captured, run.comparison, run.declared,
+    run.artifact_sites = judge_gelu(run.report, run.artifact, run.captured, run.runner, run.declared,
                                     run.progress, configured=run.source.configured)
 
 
@@ -304,13 +324,18 @@ def _declared_dynamic(run: Exported) -> list[DynamicAxis]:
 
 def _check_task_route(run: Exported) -> None:
     """A task with past needs a cache that grows from nothing, step by step: a route that exports
-    fixed sizes cannot give it (exit 4 naming model type, task and route)."""
+    fixed sizes hands it to the format's LLM route (routes.WITH_PAST), and without one it is exit 4
+    naming model type, task and route."""
     task = TASKS.get(run.source.facts.get("task"))
-    if task is not None and task.past and run.route.static_shapes:
+    if task is None or not task.past:
+        return
+    past = route_with_past(run.route, run.exporter, run.quantize)
+    if past is None:
         raise Incompatible(f"model type {run.source.facts['model_type']}, task {task.name}: the "
                            f"{run.route.framework} -> {run.to} route ({'/'.join(run.route.exporters)}) exports fixed "
                            "sizes, and a KV cache grows from an empty prefill step by step; export for "
                            "text-generation (no cache) or to onnx")
+    run.route = past
 
 
 def _check_beside(run: Exported) -> None:
@@ -463,8 +488,10 @@ EXPORT_STEPS = (
          when=lambda run: run.verifying and run.before_rewrite is not None),
     Step("load_artifact", _exported_artifact_loads(_load_artifact),
          message=lambda run: f"loading the artifact in {runtime_for(run.to).runtime}", when=lambda run: run.verifying),
-    Step("compare", _exported_artifact_loads(_compare), when=lambda run: run.verifying, timed=False),
-    Step("sizes", _exported_artifact_loads(_exported_at_sizes), when=lambda run: run.verifying, timed=False),
+    Step("compare", _exported_artifact_loads(_compare), when=lambda run: run.verifying and not _by_signatures(run),
+         timed=False),
+    Step("sizes", _exported_artifact_loads(_exported_at_sizes), when=lambda run: run.verifying and not _by_signatures(run),
+         timed=False),
     Step("generate", _exported_artifact_loads(_check_generation), message=_generating,
          when=lambda run: run.verifying and run.generation is not None),
     Step("layers", lambda run: _diagnose_layers(run, _exported_float_twin(run)),
@@ -473,10 +500,10 @@ EXPORT_STEPS = (
          message=lambda run: run.gelu_guard and "finding the GELU sites of the source and measuring the artifact's",
          when=lambda run: run.verifying),
     Step("gelu_sensitivity", _exported_artifact_loads(_gelu_sensitivity),
-         when=lambda run: run.verifying and _sensitivity_applies(run)),
+         when=lambda run: run.verifying and not _by_signatures(run) and _sensitivity_applies(run)),
     # Last of the checks: the artifact's runner goes first, its memory with it.
     Step("localize", _exported_artifact_loads(_localize), message=lambda run: "localising the divergence",
-         when=lambda run: run.verifying and localization.wanted(run.localize, run.report)),
+         when=lambda run: run.verifying and not _by_signatures(run) and localization.wanted(run.localize, run.report)),
     Step("publish", _publish),
 )
 
@@ -620,17 +647,17 @@ VERIFY_STEPS = (
     Step("release_source", lambda run: run.source.release(),
          when=lambda run: not _integer_artifact(run) and not run.localize),
     Step("load_artifact", lambda run: run.runner.wait_loaded()),  # what is left of the load
-    Step("compare", _compare, timed=False),
-    Step("sizes", _compare_at_sizes, timed=False),
+    Step("compare", _compare, when=lambda run: not _by_signatures(run), timed=False),
+    Step("sizes", _compare_at_sizes, when=lambda run: not _by_signatures(run), timed=False),
     Step("generate", _check_generation, message=_generating, when=lambda run: run.generation is not None),
     Step("layers", lambda run: _diagnose_layers(run, _verified_float_twin(run)),
          when=lambda run: _integer_artifact(run) and bool(integer.weak_outputs(run.report))),
     Step("gelu", _judge_gelu,
          message=lambda run: run.gelu_guard and "finding the GELU sites of the source and measuring the artifact's"),
-    Step("gelu_sensitivity", _gelu_sensitivity, when=_sensitivity_applies),
+    Step("gelu_sensitivity", _gelu_sensitivity, when=lambda run: not _by_signatures(run) and _sensitivity_applies(run)),
     # Last: the artifact's runner goes first, its memory with it.
     Step("localize", _localize, message=lambda run: "localising the divergence",
-         when=lambda run: localization.wanted(run.localize, run.report)),
+         when=lambda run: not _by_signatures(run) and localization.wanted(run.localize, run.report)),
 )
 
 

@@ -104,16 +104,38 @@ def check_generation(report: Report, runner, generation: Generation, tolerances:
     batch = generation.tokens.shape[0]
     past = {name: np.zeros((batch, inputs[name].shape[1], 0, inputs[name].shape[3]), np.dtype(inputs[name].dtype))
             for name in cache}
-    tolerance = tolerances.for_output("logits", np.float32)
-    steps = []
-    for index, step in enumerate(generation.steps):
+    logits = []
+    for step in generation.steps:
         feed = {name: value for name, value in step.feed.items() if name in inputs}
         result = dict(zip(outputs, runner.run({**feed, **past})))
-        logits = result["logits"][:, -1, :].astype(np.float32)
-        error = np.abs(logits - step.logits)
+        logits.append(result["logits"][:, -1, :].astype(np.float32))
+        past = {name: result[present] for name, present in cache.items()}
+    judge_generation(report, generation, logits, tolerances)
+
+
+def forced_tokens(generation: Generation) -> list[tuple[list[int], list[int]]]:
+    """Per prompt row: its tokens without padding, and the tokens generate fed after it (for an
+    artifact that runs one row at a time from position 0: transformers' left-padded row has its
+    positions counted from its first real token, so the two compute the same)."""
+    first = generation.steps[0].feed
+    rows = []
+    for row, ids in enumerate(first["input_ids"]):
+        mask = first.get("attention_mask", np.ones_like(first["input_ids"]))[row, -len(ids):]
+        rows.append((ids[mask.astype(bool)].tolist(), generation.tokens[row, :len(generation.steps) - 1].tolist()))
+    return rows
+
+
+def judge_generation(report: Report, generation: Generation, logits: list[np.ndarray], tolerances: Tolerances) -> None:
+    """Hold the artifact's last-position logits at every step, (batch, vocabulary) each, against
+    transformers' and its greedy tokens against generate's; report.generation says how every
+    step went."""
+    tolerance = tolerances.for_output("logits", np.float32)
+    steps = []
+    for index, (step, found) in enumerate(zip(generation.steps, logits)):
+        error = np.abs(found - step.logits)
         worst = float(error.max())
         allowed = tolerance.atol + tolerance.rtol * np.abs(step.logits)
-        tokens, expected = logits.argmax(-1), generation.tokens[:, index]
+        tokens, expected = found.argmax(-1), generation.tokens[:, index]
         where = "prefill" if index == 0 else f"decode step {index}"
         where += f" (past length {step.past_length})"
         steps.append({"step": index, "past_length": step.past_length, "max_abs_err": worst,
@@ -121,7 +143,7 @@ def check_generation(report: Report, runner, generation: Generation, tolerances:
         if (error > allowed).any():
             report.fail("numeric", f"generate: {where}: output logits: max abs err {worst:.3g} (atol {tolerance.atol:g}, "
                                    f"rtol {tolerance.rtol:g}) against transformers' generate",
-                            output="logits", data={"generate_step": index, "past_length": step.past_length})
+                        output="logits", data={"generate_step": index, "past_length": step.past_length})
         for row in np.flatnonzero(tokens != expected):
             best = np.sort(step.logits[row])[-2:]
             if best[1] - best[0] <= worst:
@@ -131,6 +153,15 @@ def check_generation(report: Report, runner, generation: Generation, tolerances:
                 report.fail("numeric", f"generate: {where}: output logits: row {row} picks token {tokens[row]}, "
                                        f"transformers' generate {expected[row]}",
                             output="logits", data={"generate_step": index, "past_length": step.past_length})
-        past = {name: result[present] for name, present in cache.items()}
     report.generation = {"prompt_length": PROMPT_LENGTH, "decode_steps": len(steps) - 1,
                          "tokens": generation.tokens.tolist(), "steps": steps}
+
+
+def check_generation_by_rows(report: Report, generation: Generation, tolerances: Tolerances, logits_of) -> None:
+    """check_generation for an artifact that generates one row at a time from position 0 (an LLM of
+    prefill and decode signatures): `logits_of(prompt, continuation)` returns its logits after the
+    prompt and after each forced token, (steps, vocabulary); the rows are judged together, as
+    check_generation judges them."""
+    rows = [logits_of(prompt, continuation) for prompt, continuation in forced_tokens(generation)]
+    judge_generation(report, generation, [np.stack([row[step] for row in rows]) for step in range(len(generation.steps))],
+                     tolerances)

@@ -121,7 +121,7 @@ class Comparison:
                                tolerances)
 
 
-def judge_gelu(report: Report, artifact: Artifact, captured: list | str | None, comparison: Comparison,
+def judge_gelu(report: Report, artifact: Artifact, captured: list | str | None, runner: Runner,
                declared: dict[str, str] | None = None, progress: Progress = silent,
                configured: Declared | None = None) -> list | None:
     """Find every GELU on both sides, measure the artifact's, and fail on any silent change;
@@ -145,7 +145,7 @@ def judge_gelu(report: Report, artifact: Artifact, captured: list | str | None, 
                                   "pass --no-gelu-guard to ship without the guard")
         return None
     source_sites = [SiteFlavour(s, s.claimed, scale=s.scale) for s in captured]
-    artifact_sites = artifact_inventory(artifact, comparison.runner, progress)
+    artifact_sites = artifact_inventory(artifact, runner, progress)
     verdicts = judge(source_sites, artifact_sites, declared)
     report.gelu_guard = "checked"
     report.gelu = [v.to_dict() for v in verdicts]

@@ -112,6 +112,13 @@ ROUTES: LazyRegistry[Route] = LazyRegistry("route", {
 }, instantiate=True)
 
 
+# For a task with past (a decoder's KV cache grows from an empty prefill one step at a time) where
+# the format's route exports fixed sizes: the route that writes the format's LLM form instead.
+WITH_PAST: LazyRegistry[Route] = LazyRegistry("route", {
+    "torch->tflite": "exporter.routes.litert_lm:TorchToLiteRtLm",
+}, instantiate=True)
+
+
 def _key(framework: str, fmt: str) -> str:
     return f"{framework}->{fmt}"
 
@@ -149,3 +156,21 @@ def route_for(framework: str, fmt: str, exporter: str = "auto", quantize: str | 
         raise BadInput(f"--quantize {quantize!r} is not an option of {framework} -> {fmt} ({modes})")
     return route
 
+
+
+def route_with_past(route: Route, exporter: str = "auto", quantize: str | None = None) -> Route | None:
+    """The route that exports a task with past along `route`'s framework and format: `route`
+    itself unless it exports fixed sizes, then its WITH_PAST route (None when there is none)."""
+    if not route.static_shapes:
+        return route
+    key = _key(route.framework, route.format)
+    if key not in WITH_PAST:
+        return None
+    past = WITH_PAST[key]
+    if exporter != "auto" and exporter not in past.exporters:
+        raise BadInput(f"--exporter {exporter!r}: a task with past exports to {route.format} with "
+                       f"{'/'.join(past.exporters)} only")
+    if quantize is not None and quantize not in past.quantize_modes:
+        raise BadInput(f"--quantize {quantize!r}: a task with past exports to {route.format} with "
+                       f"{'/'.join(past.exporters)}, which has no such option")
+    return past

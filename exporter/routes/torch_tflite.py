@@ -61,7 +61,7 @@ LAYOUT_NOTE = "litert-torch keeps PyTorch's layout: NCHW inputs and outputs stay
 WIDE_DTYPES = ("int64", "float64")
 
 
-def _require_litert_torch():
+def require_litert_torch():
     try:
         import litert_torch
     except ImportError as exc:
@@ -70,7 +70,7 @@ def _require_litert_torch():
 
 
 @contextlib.contextmanager
-def _litert_torch_quiet(litert_torch):
+def litert_torch_quiet(litert_torch):
     """No rich progress console; its root-logger warnings ("converted in training mode", x64) are
     the quiet exporter's to hide."""
     key = "LITERT_TORCH_SHOW_PROGRESS"
@@ -179,7 +179,7 @@ class TorchToTflite(Route):
     def export(self, source: Source, request: ExportRequest, dest: Path, progress) -> ExportResult:
         check_tflite_request(request)
         torch = FRAMEWORKS["torch"].require("torch")
-        litert_torch = _require_litert_torch()
+        litert_torch = require_litert_torch()
         if request.dynamic:
             axes = ", ".join(f"{a.input} axis {a.axis}" for a in request.dynamic)
             raise Incompatible(f"--dynamic {axes}: litert-torch {litert_torch.__version__} cannot keep it dynamic "
@@ -197,7 +197,7 @@ class TorchToTflite(Route):
         progress(f"converting with {label}" + (f", --quantize {request.quantize}" if request.quantize else "")
                  + (" through PT2E" if request.quantize == "int8" else "") + calibrating(request))
         try:
-            with _litert_torch_quiet(litert_torch):
+            with litert_torch_quiet(litert_torch):
                 if request.quantize == "int8":
                     module, concatenated, quant_config = _pt2e_quantized(torch, source, wrapper, sample, request)
                 else:
@@ -246,7 +246,7 @@ def _aeq_quantized(torch, litert_torch, wrapper, sample: dict, wide: list[str], 
     (int8 weights and activations; token ids stay integer), each tensor's range the plain min/max
     over the calibration feeds; with the method that says so."""
     try:
-        with _litert_torch_quiet(litert_torch):
+        with litert_torch_quiet(litert_torch):
             module, _ = _without_broadcast_reshapes(torch, wrapper, sample)
             float_model = litert_torch.convert(module, sample_kwargs=sample, enable_x64=bool(wide)).model_content()
     except Exception as exc:

@@ -235,3 +235,56 @@ def test_a_broken_cache_fails_naming_the_decode_step_and_the_output(folders, lla
     assert generate and min(f["data"]["generate_step"] for f in generate) == first_step
     assert f"generate: decode step {first_step} (past length 6): output logits" in result.stderr
     assert all(f["output"] == "logits" for f in generate)
+
+
+@pytest.fixture(scope="module")
+def phi_llm(tmp_path_factory):
+    """The Phi folder (tanh GELU) exported for its inferred task to TFLite: the LLM of prefill and
+    decode signatures litert-torch's export_hf writes; its report beside it."""
+    root = tmp_path_factory.mktemp("phi")
+    folder = save_folder("phi-causal-lm", root / "phi")
+    out = root / "dist" / "phi.tflite"
+    result = run_cli("export", folder, "--to", "tflite", "--out", out, "--report", root / "report.json", cwd=root)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return folder, out, json.loads((root / "report.json").read_text()), result
+
+
+def test_a_decoder_with_past_exports_to_a_tflite_llm_that_generates_as_transformers(phi_llm):
+    from verifiers.tflite_model import load_tflite
+
+    _, out, report, result = phi_llm
+    assert report["exporter"] == "litert-torch export_hf"
+    signatures = {s.key: s for s in load_tflite(out).signatures}
+    assert set(signatures) == {"prefill_32", "decode"}  # prefill chunks of half the 64 positions
+    assert {name for name, _ in signatures["decode"].outputs} == {
+        "logits", "kv_cache_k_0", "kv_cache_v_0", "kv_cache_k_1", "kv_cache_v_1"}
+    steps = report["generation"]["steps"]
+    assert len(steps) == 5 and all(s["tokens"] == s["expected_tokens"] for s in steps)
+    assert max(s["max_abs_err"] for s in steps) < 1e-4
+    # the GELU guard reads the prefill: both layers' tanh GELUs, kept
+    assert [(g["measured"], g["status"]) for g in report["gelu"]] == [("tanh", "kept")] * 2
+    assert "generates as transformers' generate does: prefill and 4 cached decode step(s)" in result.stderr
+    assert sorted(report["published_beside"]) == ["generation_config.json", "tokenizer.json", "tokenizer_config.json"]
+
+
+def test_a_tflite_llm_with_its_cache_layers_swapped_fails_naming_the_decode_step(phi_llm, cli, tmp_path):
+    folder, out, _, _ = phi_llm
+    broken = tmp_path / "broken.tflite"
+    swap_presents(out, broken)
+    result = cli("verify", broken, "--source", folder, "--report", tmp_path / "r.json")
+    assert result.returncode == 1, result.stdout + result.stderr
+    failures = json.loads((tmp_path / "r.json").read_text())["failures"]
+    assert min(f["data"]["generate_step"] for f in failures if f["message"].startswith("generate: ")) == 1
+    assert "generate: decode step 1 (past length 6): output logits" in result.stderr
+
+
+def test_a_decoder_without_a_tokenizer_cannot_go_to_a_tflite_llm(folders, cli, tmp_path):
+    folder = shutil.copytree(folders["llama-causal-lm"], tmp_path / "llama")
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (folder / name).unlink()
+    out = tmp_path / "dist" / "llama.tflite"
+    result = cli("export", folder, "--to", "tflite", "--out", out)
+    assert result.returncode == 4, result.stdout + result.stderr
+    assert "model type llama, task text-generation-with-past: litert-torch's export_hf reads the folder's tokenizer" in (
+        result.stdout + result.stderr)
+    assert not out.parent.exists() or not any(out.parent.iterdir())

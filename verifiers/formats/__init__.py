@@ -21,6 +21,12 @@ class Artifact:
 
     gelu_rewritable = False  # whether `gelu_swapped` can write a site's GELU as another flavour
 
+    @property
+    def generates_by_signatures(self) -> bool:
+        """Whether it is an LLM of prefill and decode signatures (verifiers.runtimes.litert_lm):
+        the source's inputs map to none of them, so it is verified by generating only."""
+        return False
+
     def __init__(self, path: str | Path, fmt: "ArtifactFormat"):
         self.path = Path(path)
         self.format = fmt

@@ -55,6 +55,12 @@ class TfliteArtifact(Artifact):
     def describe(self) -> dict[str, Any]:
         return describe(self.path, self.model)
 
+    @property
+    def generates_by_signatures(self) -> bool:
+        from verifiers.runtimes.litert_lm import is_litert_lm
+
+        return is_litert_lm([signature.key for signature in self.model.signatures])
+
     def record_facts(self, report) -> None:
         info = self.describe()
         report.min_runtime_version = info["min_runtime_version"]
