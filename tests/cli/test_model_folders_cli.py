@@ -249,7 +249,7 @@ def phi_llm(tmp_path_factory):
     return folder, out, json.loads((root / "report.json").read_text()), result
 
 
-def test_a_decoder_with_past_exports_to_a_tflite_llm_that_generates_as_transformers(phi_llm):
+def test_a_decoder_with_past_exports_to_a_tflite_llm_that_generates_as_transformers(phi_llm, cli):
     from verifiers.tflite_model import load_tflite
 
     _, out, report, result = phi_llm
@@ -265,6 +265,8 @@ def test_a_decoder_with_past_exports_to_a_tflite_llm_that_generates_as_transform
     assert [(g["measured"], g["status"]) for g in report["gelu"]] == [("tanh", "kept")] * 2
     assert "generates as transformers' generate does: prefill and 4 cached decode step(s)" in result.stderr
     assert sorted(report["published_beside"]) == ["generation_config.json", "tokenizer.json", "tokenizer_config.json"]
+    inspected = cli("inspect", out)
+    assert "signatures: prefill_32, decode (inputs and outputs of prefill_32)" in inspected.stdout
 
 
 def test_a_tflite_llm_with_its_cache_layers_swapped_fails_naming_the_decode_step(phi_llm, cli, tmp_path):

@@ -110,8 +110,12 @@ class TfliteFormat(ArtifactFormat):
         return f"runtime {target['max_runtime_version'] or '(not sourced)'}"
 
     def headline(self, info: dict[str, Any]) -> list[str]:
-        return [f"{info['path']}: tflite, schema {info['schema_version']}, min_runtime_version "
-                f"{info['min_runtime_version']} ({info['min_runtime_version_source']})"]
+        lines = [f"{info['path']}: tflite, schema {info['schema_version']}, min_runtime_version "
+                 f"{info['min_runtime_version']} ({info['min_runtime_version_source']})"]
+        signatures = [signature["key"] for signature in info.get("signatures", [])]
+        if len(signatures) > 1:  # an LLM's prefill and decode: the inputs and outputs below are the first's
+            lines.append(f"signatures: {', '.join(signatures)} (inputs and outputs of {signatures[0]})")
+        return lines
 
 
 # ---- target checks ---------------------------------------------------------------------------------
