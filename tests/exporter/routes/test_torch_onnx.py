@@ -102,8 +102,7 @@ def test_split_num_outputs_is_rewritten_for_the_lower_opset(opset, size, parts, 
     np.testing.assert_array_equal(np.concatenate(got, axis=1), x)
 
 
-@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
-def test_a_released_source_leaves_memory_after_the_export(tmp_path, exporter):
+def test_a_released_source_leaves_memory_after_the_export(tmp_path):
     """The weights of an exported, released source are freed before the artifact's runtime loads
     beside them: nothing the exporter leaves behind (onnxscript's rewrite rules keep the last graph
     they optimized) holds them, and a transformers model's reference cycles are collected."""
@@ -115,8 +114,7 @@ def test_a_released_source_leaves_memory_after_the_export(tmp_path, exporter):
 
     source = load_source(str(save_folder("llama-causal-lm", tmp_path / "llama")))
     weight = weakref.ref(source.model.model.lm_head.weight)
-    request = ExportRequest("onnx", opset=18, exporter=exporter, dynamic=source.dynamic,
-                            sample_inputs=source.example)
-    route_for("torch", "onnx", exporter).export(source, request, tmp_path / "llama.onnx", lambda message: None)
+    request = ExportRequest("onnx", opset=18, exporter="dynamo", dynamic=source.dynamic, sample_inputs=source.example)
+    route_for("torch", "onnx", "dynamo").export(source, request, tmp_path / "llama.onnx", lambda message: None)
     source.release()
     assert weight() is None
