@@ -106,9 +106,8 @@ def _reference(run: Checked) -> None:
 
 def _check_generation(run: Checked) -> None:
     if _by_signatures(run):
-        path = str(run.artifact.path)
-        check_generation_by_rows(run.report, run.generation, run.tolerances, lambda prompt, continuation: isolation.call(
-            teacher_forced_logits, path, prompt, continuation, runtime=run.runner.runtime,
+        check_generation_by_rows(run.report, run.generation, run.tolerances, lambda rows: isolation.call(
+            teacher_forced_logits, str(run.artifact.path), rows, runtime=run.runner.runtime,
             step="generating with the artifact", runner=run.runner))
     else:
         check_generation(run.report, run.runner, run.generation, run.tolerances)

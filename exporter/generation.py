@@ -26,13 +26,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from exporter.model_tasks import PAST, PRESENT
 from verifiers.compare import Tolerances
 from verifiers.report import Report
 
 DECODE_STEPS = 4  # decode steps after the prefill, each with a longer past
 PROMPT_LENGTH = 6
 PADDED = 2  # positions of left padding in the prompt's second row
-PAST, PRESENT = "past_key_values.", "present."
 
 
 @dataclass
@@ -120,7 +120,7 @@ def forced_tokens(generation: Generation) -> list[tuple[list[int], list[int]]]:
     first = generation.steps[0].feed
     rows = []
     for row, ids in enumerate(first["input_ids"]):
-        mask = first.get("attention_mask", np.ones_like(first["input_ids"]))[row, -len(ids):]
+        mask = first.get("attention_mask", np.ones_like(first["input_ids"]))[row]
         rows.append((ids[mask.astype(bool)].tolist(), generation.tokens[row, :len(generation.steps) - 1].tolist()))
     return rows
 
@@ -159,9 +159,9 @@ def judge_generation(report: Report, generation: Generation, logits: list[np.nda
 
 def check_generation_by_rows(report: Report, generation: Generation, tolerances: Tolerances, logits_of) -> None:
     """check_generation for an artifact that generates one row at a time from position 0 (an LLM of
-    prefill and decode signatures): `logits_of(prompt, continuation)` returns its logits after the
-    prompt and after each forced token, (steps, vocabulary); the rows are judged together, as
-    check_generation judges them."""
-    rows = [logits_of(prompt, continuation) for prompt, continuation in forced_tokens(generation)]
+    prefill and decode signatures): `logits_of(rows)` returns, for each (prompt, forced tokens) of
+    `forced_tokens`, its logits after the prompt and after each forced token, (steps, vocabulary);
+    the rows are judged together, as check_generation judges them."""
+    rows = logits_of(forced_tokens(generation))
     judge_generation(report, generation, [np.stack([row[step] for row in rows]) for step in range(len(generation.steps))],
                      tolerances)

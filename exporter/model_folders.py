@@ -31,7 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from exporter.model_tasks import PAST_MASK, TASKS, Task, TaskInput
+from exporter.model_tasks import PAST, PAST_MASK, PRESENT, TASKS, Task, TaskInput
+from exporter.sources import stated_length_limit
 from verifiers.errors import BadInput, Incompatible, one_line
 from verifiers.sizes import DynamicAxis
 
@@ -42,8 +43,6 @@ EXAMPLE_SIZES = {"batch_size": 2, "sequence_length": 8, "decoder_sequence_length
 # With past: a step of three new tokens after five cached ones (distinct sizes: one baked into the
 # artifact cannot pass for another).
 PAST_SIZES = {"sequence_length": 3, "past_sequence_length": 5, PAST_MASK: 8}
-PAST_KEYS = "past_key_values.{layer}.{kind}"
-PRESENT = "present.{layer}.{kind}"
 # What an application needs beside the artifact to feed it and read it: tokenizer, preprocessor and
 # generation settings, published next to the artifact when the folder has them.
 PROCESSING_FILES = (
@@ -180,7 +179,7 @@ def load_folder(folder: Folder, trust: bool) -> tuple[Any, dict[str, np.ndarray]
     if folder.task.past:
         cached = _cache_inputs(torch, model, folder.model_type)
         inputs, layers = [*inputs, *cached], len(cached) // 2
-    sizes = _sizes(model.config, folder.task)
+    sizes = _sizes(model, folder.task)
     example = {spec.name: _example(spec, model.config, sizes) for spec in inputs}
     dynamic = [DynamicAxis(spec.name, k, symbol, low=0 if symbol == "past_sequence_length" else 1)
                for spec in inputs for k, symbol in enumerate(spec.axes) if symbol in folder.task.dynamic]
@@ -211,7 +210,7 @@ def _cache_inputs(torch, model, model_type: str) -> list[TaskInput]:
     for index, layer in enumerate(layers):
         for kind, tensor in (("key", layer.keys), ("value", layer.values)):
             _, heads, _, size = tensor.shape
-            inputs.append(TaskInput(PAST_KEYS.format(layer=index, kind=kind), str(tensor.dtype).removeprefix("torch."),
+            inputs.append(TaskInput(f"{PAST}{index}.{kind}", str(tensor.dtype).removeprefix("torch."),
                                     ("batch_size", heads, "past_sequence_length", size), "normal"))
     return inputs
 
@@ -227,8 +226,8 @@ def returned_cache(result):
     return cache if cache is not None else result.get("past_key_values")
 
 
-def _sizes(config, task: Task) -> dict[str, int]:
-    limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None) or 512
+def _sizes(model, task: Task) -> dict[str, int]:
+    config, limit = model.config, stated_length_limit(model) or 512
     image = getattr(config, "image_size", 32)
     image = image if isinstance(image, int) else image[0]
     sizes = {**EXAMPLE_SIZES, **(PAST_SIZES if task.past else {}),
@@ -264,7 +263,7 @@ def task_module(torch, model, names: list[str], task: Task, layers: int = 0):
     value of each of its `layers` too)."""
     from transformers import DynamicCache
 
-    past = [PAST_KEYS.format(layer=i, kind=kind) for i in range(layers) for kind in ("key", "value")]
+    past = [f"{PAST}{i}.{kind}" for i in range(layers) for kind in ("key", "value")]
     cache_keyword = cache_argument(model)
 
     class TaskModel(torch.nn.Module):
@@ -285,8 +284,7 @@ def task_module(torch, model, names: list[str], task: Task, layers: int = 0):
             result = self.model(**inputs, **{cache_keyword: cache}, use_cache=True, return_dict=True)
             outputs = {name: result[name] for name in task.outputs}
             for i, layer in enumerate(returned_cache(result).layers):
-                outputs[PRESENT.format(layer=i, kind="key")] = layer.keys
-                outputs[PRESENT.format(layer=i, kind="value")] = layer.values
+                outputs[f"{PRESENT}{i}.key"], outputs[f"{PRESENT}{i}.value"] = layer.keys, layer.values
             return outputs
 
     # Python names for the signature torch reads (a past input's own name has dots in it)

@@ -17,6 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# The cache's names in that layout: PAST + "N.key" in, PRESENT + "N.key" out (the same for .value).
+PAST, PRESENT = "past_key_values.", "present."
+
 
 @dataclass(frozen=True)
 class TaskInput:

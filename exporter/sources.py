@@ -6,7 +6,6 @@ exporter.frameworks loads a MODEL spec into a Source; this module knows nothing 
 from __future__ import annotations
 
 import gc
-
 import re
 from dataclasses import dataclass, field
 from pathlib import Path

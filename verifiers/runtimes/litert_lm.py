@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from verifiers.quiet import native_output_captured
 from verifiers.runtimes import InvalidArtifact
 
 MASKED = np.float32(-1e38)  # what litert-torch's own modules put where a position may not attend
@@ -27,16 +28,11 @@ def is_litert_lm(signatures: list[str]) -> bool:
     return DECODE in signatures and any(name.startswith(PREFILL) for name in signatures)
 
 
-def teacher_forced_logits(path: str | Path, prompt: list[int], continuation: list[int]) -> np.ndarray:
-    """The logits, float32 (len(continuation) + 1, vocabulary), the LLM at `path` gives after the
-    last token of `prompt` and after each token of `continuation` fed one by one, as a generator
-    runs it: prompt[:-1] through the prefill signatures (the longest that is not longer than what
-    is left, else the shortest, its tail padded: positions the next steps overwrite before any
-    token looks at them), then every further token through decode, each step's cache the next
-    step's input (XNNPACK, as the LiteRT interpreter runs by default)."""
+def teacher_forced_logits(path: str | Path, rows: list[tuple[list[int], list[int]]]) -> list[np.ndarray]:
+    """For each (prompt, continuation) of `rows`: the logits, float32 (len(continuation) + 1,
+    vocabulary), the LLM at `path` gives after the last token of `prompt` and after each token of
+    `continuation` fed one by one, from an empty cache, as a generator runs it (`_forced`)."""
     from ai_edge_litert.interpreter import Interpreter
-
-    from verifiers.quiet import native_output_captured
 
     with native_output_captured():
         interpreter = Interpreter(model_path=str(path))
@@ -45,7 +41,15 @@ def teacher_forced_logits(path: str | Path, prompt: list[int], continuation: lis
         raise InvalidArtifact(f"{path}: no prefill and decode signatures (it has {', '.join(names) or 'none'})")
     prefills = {int(name[len(PREFILL):]): interpreter.get_signature_runner(name)
                 for name in names if name.startswith(PREFILL) and name[len(PREFILL):].isdigit()}
-    decode = interpreter.get_signature_runner(DECODE)
+    return [_forced(path, prefills, interpreter.get_signature_runner(DECODE), prompt, continuation)
+            for prompt, continuation in rows]
+
+
+def _forced(path, prefills: dict, decode, prompt: list[int], continuation: list[int]) -> np.ndarray:
+    """prompt[:-1] through the prefill signatures (the longest that is not longer than what
+    is left, else the shortest, its tail padded: positions the next steps overwrite before any
+    token looks at them), then every further token through decode, each step's cache the next
+    step's input (XNNPACK, as the LiteRT interpreter runs by default)."""
     details = decode.get_input_details()
     cache = {name: np.zeros(d["shape"], d["dtype"]) for name, d in details.items() if name.startswith(CACHE)}
     length = int(details["mask"]["shape"][-1])
