@@ -328,12 +328,12 @@ def _check_task_route(run: Exported) -> None:
     task = TASKS.get(run.source.facts.get("task"))
     if task is None or not task.past:
         return
-    past = route_with_past(run.route, run.exporter, run.quantize)
+    past = route_with_past(run.route, task.call, run.exporter, run.quantize)
     if past is None:
         raise Incompatible(f"model type {run.source.facts['model_type']}, task {task.name}: the "
                            f"{run.route.framework} -> {run.to} route ({'/'.join(run.route.exporters)}) exports fixed "
-                           "sizes, and a KV cache grows from an empty prefill step by step; export for "
-                           "text-generation (no cache) or to onnx")
+                           "sizes, a KV cache grows from an empty prefill step by step, and no LLM route here writes "
+                           f"this model's; export for {task.name.removesuffix('-with-past')} (no cache) or to onnx")
     run.route = past
 
 

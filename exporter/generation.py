@@ -16,6 +16,16 @@ compared with transformers' (the output's tolerances), and its greedy token with
 token that differs is a failure unless transformers' two best logits there are closer than the
 artifact's error (a tie the runtimes may break either way), which is a note.
 
+An encoder-decoder's decoder with past is run the same way: its prompt goes to transformers'
+encoder, the decoder's prefill is the decoder start token with an empty past, and every step is
+fed the cross-attention keys and values transformers computed from the encoder's output (what the
+encoder artifact returns), as `past_key_values.N.encoder.*`; only the decoder's own cache is carried
+from step to step.
+
+Nothing of the folder's generation_config.json applies to the reference: an end-of-sequence stop,
+forced or banned tokens (BART's forced_eos_token_id) would part generate's tokens from the greedy
+ones of its own logits.
+
 The reference is taken with the source (before the export, so the source can be released); the
 artifact's steps run in its runner.
 """
@@ -50,7 +60,10 @@ class Generation:
 
 def reference_generation(task_model, seed: int) -> Generation:
     """transformers' greedy `generate` of the model inside a model folder's task module
-    (exporter.model_folders.task_module) on a seeded prompt, every forward call recorded."""
+    (exporter.model_folders.task_module) on a seeded prompt, every forward call recorded under the
+    artifact's input names. An encoder-decoder's prompt goes to its encoder (once, outside the
+    recorded calls); each step's feed has the cross-attention keys and values it computed
+    (`past_key_values.N.encoder.*`: the encoder artifact's outputs)."""
     import torch
     from transformers import GenerationConfig
 
@@ -61,17 +74,20 @@ def reference_generation(task_model, seed: int) -> Generation:
     mask = torch.ones_like(prompt)
     mask[1, :PADDED] = 0
     generation = Generation()
-    wanted = ("input_ids", "attention_mask", "position_ids")
+    recorded = {name: keyword for name, keyword in task_model.keywords.items() if not name.startswith(PAST)}
 
     def record(module, args, kwargs):
-        feed = {name: kwargs[name].detach().numpy().copy() for name in wanted
-                if isinstance(kwargs.get(name), torch.Tensor)}
+        feed = {name: kwargs[keyword].detach().numpy().copy() for name, keyword in recorded.items()
+                if isinstance(kwargs.get(keyword), torch.Tensor)}
         cache = kwargs.get("cache", kwargs.get("past_key_values"))
         past = int(cache.get_seq_length()) if cache is not None else 0
         generation.steps.append(GenerationStep(feed, np.empty(0), past))
 
-    greedy = GenerationConfig(do_sample=False, num_beams=1, max_new_tokens=DECODE_STEPS + 1, eos_token_id=None,
-                              pad_token_id=0, use_cache=True)
+    # the folder's generation settings are set aside while it generates (see the module docstring)
+    folder_settings = model.generation_config
+    greedy = GenerationConfig(do_sample=False, num_beams=1, max_new_tokens=DECODE_STEPS + 1, pad_token_id=0,
+                              use_cache=True, decoder_start_token_id=folder_settings.decoder_start_token_id)
+    model.generation_config = GenerationConfig()
     hook = model.register_forward_pre_hook(record, with_kwargs=True)
     try:
         with torch.no_grad():
@@ -79,15 +95,31 @@ def reference_generation(task_model, seed: int) -> Generation:
                                  output_logits=True, return_dict_in_generate=True)
     finally:
         hook.remove()
+        model.generation_config = folder_settings
+    cross = _cross_attention_feed(out.past_key_values)
     for step, logits in zip(generation.steps, out.logits):
         step.logits = logits.float().numpy()
-    generation.tokens = out.sequences[:, PROMPT_LENGTH:].numpy()
+        step.feed.update(cross)
+    generation.tokens = out.sequences[:, -len(out.logits):].numpy()
     return generation
 
 
-def cache_names(input_names: list[str]) -> dict[str, str]:
-    """{past input: the present output that feeds it next step}, in the layout of model_tasks."""
-    return {name: PRESENT + name[len(PAST):] for name in input_names if name.startswith(PAST)}
+def _cross_attention_feed(cache) -> dict[str, np.ndarray]:
+    """An encoder-decoder's cross-attention keys and values as the decoder's past inputs (none for
+    a decoder-only cache)."""
+    layers = getattr(getattr(cache, "cross_attention_cache", None), "layers", None) or []
+    feed = {}
+    for index, layer in enumerate(layers):
+        feed[f"{PAST}{index}.encoder.key"] = layer.keys.numpy().copy()
+        feed[f"{PAST}{index}.encoder.value"] = layer.values.numpy().copy()
+    return feed
+
+
+def cache_names(input_names: list[str], output_names: list[str]) -> dict[str, str]:
+    """{past input: the present output that feeds it next step}, in the layout of model_tasks (an
+    encoder-decoder's decoder returns no `present.N.encoder.*`: those pasts stay the encoder's)."""
+    return {name: PRESENT + name[len(PAST):] for name in input_names
+            if name.startswith(PAST) and PRESENT + name[len(PAST):] in output_names}
 
 
 def check_generation(report: Report, runner, generation: Generation, tolerances: Tolerances) -> None:
@@ -96,10 +128,12 @@ def check_generation(report: Report, runner, generation: Generation, tolerances:
     every step went."""
     inputs = {info.name: info for info in runner.inputs}
     outputs = [info.name for info in runner.outputs]
-    cache = cache_names(list(inputs))
-    missing = [name for name in ("logits", *cache.values()) if name not in outputs]
-    if missing:
-        report.fail("numeric", f"generate: the artifact has no output {missing[0]} (a past input takes it next step)")
+    cache = cache_names(list(inputs), outputs)
+    unfed = [PRESENT + name[len(PAST):] for name in inputs
+             if name.startswith(PAST) and name not in cache and name not in generation.steps[0].feed]
+    if "logits" not in outputs or unfed:
+        missing = unfed[0] if unfed else "logits"
+        report.fail("numeric", f"generate: the artifact has no output {missing} (a past input takes it next step)")
         return
     batch = generation.tokens.shape[0]
     past = {name: np.zeros((batch, inputs[name].shape[1], 0, inputs[name].shape[3]), np.dtype(inputs[name].dtype))

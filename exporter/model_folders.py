@@ -9,15 +9,19 @@ What the folder may do is checked before transformers reads it:
   --trust-source, as unpickling runs code;
 - the task is --task, else the one whose head class is config.architectures[0] (through
   transformers' auto mappings; a causal LM's is text-generation-with-past, as runtimes run it);
-  when that names none or several, exit 2 lists the tasks the model type has. A model type that has no head for the task is exit 4, naming both.
+  when that names none or several, exit 2 lists the tasks the model type has (an encoder-decoder's
+  two parts with past are never inferred). A model type that has no head for the task is exit 4,
+  naming both.
 
 The model is the task's head class loaded from the folder (no download: local files only), called
 with the task's inputs by keyword and returning the task's outputs by name; its example inputs are
 drawn from the config (vocabulary, image size, channels), and the task's symbolic axes are the
-source's dynamic axes. A task with past takes its inputs positionally (`past_key_values.0.key` is
-no Python name): one past key and value per layer of the cache transformers builds for the model,
-in the shapes it builds them (heads, head size), handed to the model as a DynamicCache; the cache
-it returns is the present outputs. A model whose cache holds no keys and values per layer (a state
+source's dynamic axes. How the model is called is the task's (CALLS): its head on the inputs; a
+decoder with its cache; an encoder-decoder's encoder with the cross-attention cache it hands the
+decoder, or its decoder with both caches. A task with past takes its inputs positionally
+(`past_key_values.0.key` is no Python name): one past key and value per layer of the cache
+transformers builds for the model, in the shapes it builds them (heads, head size); the cache it
+returns is the present outputs. A model whose cache holds no keys and values per layer (a state
 space model) has no such task: exit 4.
 """
 
@@ -42,7 +46,8 @@ PICKLED, PICKLED_INDEX = "pytorch_model.bin", "pytorch_model.bin.index.json"
 EXAMPLE_SIZES = {"batch_size": 2, "sequence_length": 8, "decoder_sequence_length": 4, "num_choices": 2}
 # With past: a step of three new tokens after five cached ones (distinct sizes: one baked into the
 # artifact cannot pass for another).
-PAST_SIZES = {"sequence_length": 3, "past_sequence_length": 5, PAST_MASK: 8}
+PAST_SIZES = {"sequence_length": 3, "past_sequence_length": 5, PAST_MASK: 8, "decoder_sequence_length": 3,
+              "past_decoder_sequence_length": 5}
 # What an application needs beside the artifact to feed it and read it: tokenizer, preprocessor and
 # generation settings, published next to the artifact when the folder has them.
 PROCESSING_FILES = (
@@ -144,7 +149,7 @@ def _task(config: dict, model_type: str, name: str | None, label: str) -> Task:
                                f"{label} for {name}", kind="target")
         return task
     architectures = config.get("architectures") or []
-    found = [t for t in TASKS.values() if architectures and architectures[0] in _mapping(t).values()]
+    found = [t for t in TASKS.values() if not t.part and architectures and architectures[0] in _mapping(t).values()]
     if len(found) > 1 and len({t.mapping for t in found}) == 1:  # one head, with and without past:
         found = [t for t in found if t.past]  # a decoder ships with its cache, as runtimes run it
     if len(found) == 1:
@@ -159,7 +164,6 @@ def load_folder(folder: Folder, trust: bool) -> tuple[Any, dict[str, np.ndarray]
     them) and its dynamic axes."""
     import torch
     import transformers
-
     from transformers.utils import logging as transformers_logging
 
     head = getattr(transformers, _mapping(folder.task)[folder.model_type])
@@ -174,17 +178,13 @@ def load_folder(folder: Folder, trust: bool) -> tuple[Any, dict[str, np.ndarray]
         if bars:
             transformers_logging.enable_progress_bar()
     model.eval()
-    inputs = _inputs(model, folder.task)
-    layers = 0
-    if folder.task.past:
-        cached = _cache_inputs(torch, model, folder.model_type)
-        inputs, layers = [*inputs, *cached], len(cached) // 2
+    call = CALLS[folder.task.call](torch, model, folder.task, folder.model_type)
+    inputs = [*_inputs(model, folder.task), *call.past_inputs]
     sizes = _sizes(model, folder.task)
     example = {spec.name: _example(spec, model.config, sizes) for spec in inputs}
-    dynamic = [DynamicAxis(spec.name, k, symbol, low=0 if symbol == "past_sequence_length" else 1)
+    dynamic = [DynamicAxis(spec.name, k, symbol, low=0 if symbol.startswith("past_") else 1)
                for spec in inputs for k, symbol in enumerate(spec.axes) if symbol in folder.task.dynamic]
-    wrapped = task_module(torch, model, [spec.name for spec in inputs], folder.task, layers)
-    return wrapped, example, dynamic
+    return task_module(torch, model, inputs, folder.task, call), example, dynamic
 
 
 def _inputs(model, task: Task) -> list[TaskInput]:
@@ -193,26 +193,7 @@ def _inputs(model, task: Task) -> list[TaskInput]:
         raise Incompatible(f"{task.name} takes {' or '.join(task.inputs)}, and {type(model).__name__} takes {main}",
                            kind="target")
     taken = set(inspect.signature(model.forward).parameters)
-    return [spec for spec in task.inputs[main] if spec.name in taken]
-
-
-def _cache_inputs(torch, model, model_type: str) -> list[TaskInput]:
-    """The past inputs of the cache transformers builds for the model (one token in): per layer a
-    key and a value, in the heads and head size of that layer."""
-    with torch.no_grad():
-        cache = returned_cache(model(input_ids=torch.zeros((1, 1), dtype=torch.long), use_cache=True))
-    layers = getattr(cache, "layers", None)
-    if not layers or not all(isinstance(getattr(layer, kind, None), torch.Tensor) and getattr(layer, kind).ndim == 4
-                             for layer in layers for kind in ("keys", "values")):
-        raise Incompatible(f"model type {model_type}: its cache ({type(cache).__name__}) holds no key and value "
-                           "per layer, so it has no text-generation-with-past export", kind="target")
-    inputs = []
-    for index, layer in enumerate(layers):
-        for kind, tensor in (("key", layer.keys), ("value", layer.values)):
-            _, heads, _, size = tensor.shape
-            inputs.append(TaskInput(f"{PAST}{index}.{kind}", str(tensor.dtype).removeprefix("torch."),
-                                    ("batch_size", heads, "past_sequence_length", size), "normal"))
-    return inputs
+    return [spec for spec in task.inputs[main] if spec.keyword in taken]
 
 
 def cache_argument(model) -> str:
@@ -226,6 +207,166 @@ def returned_cache(result):
     return cache if cache is not None else result.get("past_key_values")
 
 
+class HeadCall:
+    """The head called on the task's inputs by keyword, returning the task's outputs by name."""
+
+    def __init__(self, torch, model, task: Task, model_type: str):
+        self.torch, self.model, self.task = torch, model, task
+        self.past_inputs: list[TaskInput] = []  # the cache's inputs, after the task's
+
+    def __call__(self, arguments: dict) -> dict:
+        extra = {"use_cache": False} if self.task.causal else {}
+        result = self.model(**arguments, **extra, return_dict=True)
+        return {name: result[name] for name in self.task.outputs}
+
+    def _pop_pasts(self, arguments: dict) -> list:
+        return [arguments.pop(spec.name) for spec in self.past_inputs]
+
+
+class CachedCall(HeadCall):
+    """A decoder with its cache: one past key and value per layer of the cache transformers builds
+    for the model (one token in), in the heads and head size of that layer, handed to the model as a
+    DynamicCache; the cache it returns is the present outputs."""
+
+    def __init__(self, torch, model, task: Task, model_type: str):
+        super().__init__(torch, model, task, model_type)
+        with torch.no_grad():
+            cache = returned_cache(model(input_ids=torch.zeros((1, 1), dtype=torch.long), use_cache=True))
+        self.past_inputs = _past_inputs(_key_value_layers(torch, cache, model_type, task), "", "past_sequence_length")
+
+    def __call__(self, arguments: dict) -> dict:
+        from transformers import DynamicCache
+
+        tensors = self._pop_pasts(arguments)
+        cache = DynamicCache(ddp_cache_data=list(zip(tensors[0::2], tensors[1::2])), config=self.model.config)
+        result = self.model(**arguments, **{cache_argument(self.model): cache}, use_cache=True, return_dict=True)
+        return {**{name: result[name] for name in self.task.outputs}, **_presents(returned_cache(result), "")}
+
+
+class EncoderCall(HeadCall):
+    """An encoder-decoder's encoder, returning beside its hidden states every decoder layer's
+    cross-attention key and value, computed by the decoder's own cross-attention modules (the ones
+    transformers calls with `key_value_states`) into an EncoderDecoderCache, as the decoder's first
+    step fills it. Found on a short example at load, and held to the cross-attention cache transformers
+    itself returns there: a model whose modules compute it otherwise is exit 4."""
+
+    def __init__(self, torch, model, task: Task, model_type: str):
+        super().__init__(torch, model, task, model_type)
+        self.attentions = _cross_attentions(torch, model)
+        example = torch.arange(3, dtype=torch.long)[None] % model.config.get_text_config().vocab_size
+        with torch.no_grad():
+            cache = returned_cache(model(input_ids=example, decoder_input_ids=example[:, :1], use_cache=True))
+            expected = _presents(getattr(cache, "cross_attention_cache", None), "encoder.")
+            found = self({"input_ids": example})
+        if not expected or any(found.get(name) is None or not torch.allclose(found[name], value)
+                               for name, value in expected.items()):
+            raise Incompatible(f"model type {model_type}: its decoder's cross-attention keys and values cannot be "
+                               f"computed from its encoder's output alone, so it has no {task.name} export",
+                               kind="target")
+
+    def __call__(self, arguments: dict) -> dict:
+        from transformers import DynamicCache, EncoderDecoderCache
+
+        hidden = self.model.get_encoder()(**arguments)[0]
+        cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+        for attention in self.attentions:  # the query is not used: only the cache's keys and values are
+            attention(hidden_states=hidden[:, :1], key_value_states=hidden, cache=cache)
+        return {"last_hidden_state": hidden, **_presents(cache.cross_attention_cache, "encoder.")}
+
+
+class CachedDecoderCall(HeadCall):
+    """An encoder-decoder's decoder with its cache: per layer its own past key and value
+    (`decoder.`) and the encoder's cross-attention ones (`encoder.`, EncoderCall's outputs), handed
+    to the model as an EncoderDecoderCache whose cross-attention part is read, never computed: the
+    encoder's hidden states the model is given are zeros of their shape. It returns the logits and
+    its own presents."""
+
+    def __init__(self, torch, model, task: Task, model_type: str):
+        super().__init__(torch, model, task, model_type)
+        one = torch.zeros((1, 1), dtype=torch.long)
+        with torch.no_grad():
+            result = model(input_ids=one, decoder_input_ids=one, use_cache=True, return_dict=True)
+        cache = returned_cache(result)
+        self.hidden_size = result["encoder_last_hidden_state"].shape[-1]
+        own = _key_value_layers(torch, getattr(cache, "self_attention_cache", None), model_type, task)
+        cross = _key_value_layers(torch, getattr(cache, "cross_attention_cache", None), model_type, task)
+        self.layers = len(own)
+        mine = _past_inputs(own, "decoder.", "past_decoder_sequence_length")
+        theirs = _past_inputs(cross, "encoder.", "encoder_sequence_length")
+        # optimum's order: per layer its own key and value, then the encoder's
+        self.past_inputs = [spec for layer in range(self.layers) for spec in (*mine[2 * layer:2 * layer + 2],
+                                                                                *theirs[2 * layer:2 * layer + 2])]
+
+    def __call__(self, arguments: dict) -> dict:
+        from transformers import DynamicCache, EncoderDecoderCache
+
+        tensors = self._pop_pasts(arguments)  # per layer: own key, own value, cross key, cross value
+        cache = EncoderDecoderCache(DynamicCache(ddp_cache_data=list(zip(tensors[0::4], tensors[1::4]))),
+                                    DynamicCache(ddp_cache_data=list(zip(tensors[2::4], tensors[3::4]))))
+        cache.is_updated = dict.fromkeys(range(self.layers), True)  # the cross-attention part is full: read it
+        key = tensors[2]
+        hidden = key.new_zeros((key.shape[0], key.shape[2], self.hidden_size))
+        result = self.model(**arguments, encoder_outputs=(hidden,), **{cache_argument(self.model): cache},
+                            use_cache=True, return_dict=True)
+        presents = _presents(returned_cache(result).self_attention_cache, "decoder.")
+        return {**{name: result[name] for name in self.task.outputs}, **presents}
+
+
+CALLS = {"head": HeadCall, "cached": CachedCall, "encoder": EncoderCall, "cached-decoder": CachedDecoderCall}
+
+
+def _key_value_layers(torch, cache, model_type: str, task: Task) -> list:
+    """A cache's layers, each holding a key and a value of (batch, heads, positions, head size);
+    a model whose cache holds none (a state space model) has no task with past: exit 4."""
+    layers = getattr(cache, "layers", None)
+    if not layers or not all(isinstance(getattr(layer, kind, None), torch.Tensor) and getattr(layer, kind).ndim == 4
+                             for layer in layers for kind in ("keys", "values")):
+        raise Incompatible(f"model type {model_type}: its cache ({type(cache).__name__}) holds no key and value "
+                           f"per layer, so it has no {task.name} export", kind="target")
+    return list(layers)
+
+
+def _past_inputs(layers: list, part: str, positions: str) -> list[TaskInput]:
+    """The past inputs of a cache's layers: `past_key_values.N.<part>key` and `.value`, in each
+    layer's heads and head size, over `positions`."""
+    inputs = []
+    for index, layer in enumerate(layers):
+        for kind, tensor in (("key", layer.keys), ("value", layer.values)):
+            _, heads, _, size = tensor.shape
+            inputs.append(TaskInput(f"{PAST}{index}.{part}{kind}", str(tensor.dtype).removeprefix("torch."),
+                                    ("batch_size", heads, positions, size), "normal"))
+    return inputs
+
+
+def _presents(cache, part: str) -> dict:
+    """A cache's keys and values as present outputs: `present.N.<part>key` and `.value`."""
+    presents = {}
+    for index, layer in enumerate(getattr(cache, "layers", None) or []):
+        presents[f"{PRESENT}{index}.{part}key"], presents[f"{PRESENT}{index}.{part}value"] = layer.keys, layer.values
+    return presents
+
+
+def _cross_attentions(torch, model) -> list:
+    """The decoder's cross-attention modules in the order it calls them: the innermost modules
+    called with `key_value_states`, seen on one short call."""
+    called = []
+
+    def record(module, args, kwargs):
+        if kwargs.get("key_value_states") is not None:
+            called.append(module)
+
+    hooks = [module.register_forward_pre_hook(record, with_kwargs=True) for module in model.get_decoder().modules()]
+    one = torch.zeros((1, 1), dtype=torch.long)
+    try:
+        with torch.no_grad():
+            model(input_ids=one, decoder_input_ids=one, use_cache=False)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return [module for module in called
+            if not any(other is not module and other in set(module.modules()) for other in called)]
+
+
 def _sizes(model, task: Task) -> dict[str, int]:
     config, limit = model.config, stated_length_limit(model) or 512
     image = getattr(config, "image_size", 32)
@@ -233,7 +374,8 @@ def _sizes(model, task: Task) -> dict[str, int]:
     sizes = {**EXAMPLE_SIZES, **(PAST_SIZES if task.past else {}),
              "num_channels": getattr(config, "num_channels", 3), "height": image, "width": image,
              "feature_size": getattr(config, "num_mel_bins", 80),
-             "encoder_sequence_length": 2 * getattr(config, "max_source_positions", 1500)}
+             # Whisper's frames (twice its positions: a stride-2 convolution), a text encoder's tokens
+             "encoder_sequence_length": 2 * getattr(config, "max_source_positions", EXAMPLE_SIZES["sequence_length"])}
     sizes["sequence_length"] = min(sizes["sequence_length"], limit)
     return sizes
 
@@ -257,14 +399,11 @@ def _example(spec: TaskInput, config, sizes: dict[str, int]) -> np.ndarray:
     return rng.standard_normal(shape).astype(spec.dtype)
 
 
-def task_module(torch, model, names: list[str], task: Task, layers: int = 0):
-    """`model` as a module taking the task's inputs (positionally or by keyword, in `names`' order)
-    and returning {output name: tensor} for the task's outputs (with past: the present key and
-    value of each of its `layers` too)."""
-    from transformers import DynamicCache
-
-    past = [f"{PAST}{i}.{kind}" for i in range(layers) for kind in ("key", "value")]
-    cache_keyword = cache_argument(model)
+def task_module(torch, model, inputs: list[TaskInput], task: Task, call: HeadCall):
+    """`model` as a module taking `inputs` (positionally or by keyword, by name) and returning
+    {output name: tensor} as `call` makes them."""
+    names = [spec.name for spec in inputs]
+    keywords = {spec.name: spec.keyword for spec in inputs}
 
     class TaskModel(torch.nn.Module):
         def __init__(self):
@@ -272,20 +411,11 @@ def task_module(torch, model, names: list[str], task: Task, layers: int = 0):
             self.model = model
             self.config = model.config
             self.train(model.training)
+            self.keywords = keywords  # input name -> the model's keyword for it
 
         def forward(self, *args, **kwargs):
-            inputs = {**dict(zip(names, args)), **kwargs}
-            if not task.past:
-                extra = {"use_cache": False} if task.causal else {}
-                result = self.model(**inputs, **extra, return_dict=True)
-                return {name: result[name] for name in task.outputs}
-            tensors = [inputs.pop(name) for name in past]
-            cache = DynamicCache(ddp_cache_data=list(zip(tensors[0::2], tensors[1::2])), config=self.config)
-            result = self.model(**inputs, **{cache_keyword: cache}, use_cache=True, return_dict=True)
-            outputs = {name: result[name] for name in task.outputs}
-            for i, layer in enumerate(returned_cache(result).layers):
-                outputs[f"{PRESENT}{i}.key"], outputs[f"{PRESENT}{i}.value"] = layer.keys, layer.values
-            return outputs
+            given = {**dict(zip(names, args)), **kwargs}
+            return call({keywords[name]: value for name, value in given.items()})
 
     # Python names for the signature torch reads (a past input's own name has dots in it)
     TaskModel.forward.__signature__ = inspect.Signature(

@@ -11,6 +11,15 @@ A task `with past` runs a decoder one step of generation with its KV cache, in t
 onnxruntime-genai and optimum's runtime read: `past_key_values.N.key` / `.value` in (batch_size,
 heads, past_sequence_length, head_size), `present.N.key` / `.value` out, past and new positions
 together; the attention mask covers both (`past_sequence_length + sequence_length`).
+
+An encoder-decoder generates with two artifacts, in the layout of optimum's decoder with past and
+onnxruntime's encoder-decoder exports: the encoder (`text2text-generation-encoder`) runs once per
+prompt and returns, beside its hidden states, every decoder layer's cross-attention key and value
+(`present.N.encoder.key` / `.value`: they depend on the encoder's output only); the decoder
+(`text2text-generation-with-past`) runs every step with its own cache
+(`past_key_values.N.decoder.key` / `.value` in, `present.N.decoder.*` out) and the encoder's
+(`past_key_values.N.encoder.*`, the same at every step). Neither is inferred from the folder: a
+part is exported when asked for.
 """
 
 from __future__ import annotations
@@ -27,6 +36,11 @@ class TaskInput:
     dtype: str
     axes: tuple[str, ...]  # one symbol per axis
     values: str  # how an example is drawn: "tokens", "mask", "zeros", "normal", "positions"
+    argument: str = ""  # the model's keyword for it, when that is not its name
+
+    @property
+    def keyword(self) -> str:
+        return self.argument or self.name
 
 
 @dataclass(frozen=True)
@@ -38,7 +52,19 @@ class Task:
     inputs: dict[str, tuple[TaskInput, ...]]
     dynamic: tuple[str, ...] = ("batch_size", "sequence_length")  # symbols exported dynamic
     causal: bool = False  # a decoder: called without a cache, unless with past
-    past: bool = False  # past_key_values in, present out (see the module docstring)
+    # how the model is called (exporter.model_folders.CALLS): "head" on the inputs; "cached" a decoder with its
+    # cache; an encoder-decoder's "encoder" with the cross-attention cache, or its "cached-decoder"
+    call: str = "head"
+
+    @property
+    def past(self) -> bool:
+        """past_key_values in, present out (see the module docstring)."""
+        return self.call in ("cached", "cached-decoder")
+
+    @property
+    def part(self) -> bool:
+        """One of an encoder-decoder's two artifacts: exported when asked for, never inferred."""
+        return self.call in ("encoder", "cached-decoder")
 
 
 TEXT = (
@@ -63,6 +89,13 @@ SEQ2SEQ = (
     *TEXT[:2],
     TaskInput("decoder_input_ids", "int64", ("batch_size", "decoder_sequence_length"), "tokens"),
 )
+ENCODER = tuple(TaskInput(i.name, i.dtype, ("batch_size", "encoder_sequence_length"), i.values) for i in TEXT[:2])
+# the decoder's tokens and the encoder's padding; the caches follow from the model (model_folders)
+DECODER_WITH_PAST = (
+    TaskInput("input_ids", "int64", ("batch_size", "decoder_sequence_length"), "tokens", "decoder_input_ids"),
+    TaskInput("encoder_attention_mask", "int64", ("batch_size", "encoder_sequence_length"), "mask",
+              "attention_mask"),
+)
 
 TASKS: dict[str, Task] = {task.name: task for task in (
     Task("feature-extraction", "MODEL_MAPPING_NAMES", ("last_hidden_state",),
@@ -83,9 +116,15 @@ TASKS: dict[str, Task] = {task.name: task for task in (
     Task("text-generation", "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", ("logits",), {"input_ids": TEXT[:2]},
          causal=True),
     Task("text-generation-with-past", "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", ("logits",), {"input_ids": CACHED},
-         dynamic=("batch_size", "sequence_length", "past_sequence_length", PAST_MASK), causal=True, past=True),
+         dynamic=("batch_size", "sequence_length", "past_sequence_length", PAST_MASK), causal=True, call="cached"),
     Task("automatic-speech-recognition", "MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES", ("logits",),
          {"input_features": FEATURES}, dynamic=("batch_size", "decoder_sequence_length"), causal=True),
     Task("text2text-generation", "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", ("logits",),
          {"input_ids": SEQ2SEQ}, dynamic=("batch_size", "sequence_length", "decoder_sequence_length"), causal=True),
+    Task("text2text-generation-encoder", "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", ("last_hidden_state",),
+         {"input_ids": ENCODER}, dynamic=("batch_size", "encoder_sequence_length"), call="encoder"),
+    Task("text2text-generation-with-past", "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", ("logits",),
+         {"input_ids": DECODER_WITH_PAST},
+         dynamic=("batch_size", "decoder_sequence_length", "past_decoder_sequence_length", "encoder_sequence_length"),
+         causal=True, call="cached-decoder"),
 )}

@@ -99,6 +99,7 @@ class Route:
     exporters: tuple[str, ...]  # values --exporter accepts besides "auto"
     quantize_modes: tuple[str, ...] = ()  # values --quantize accepts
     static_shapes: bool = False  # exports at fixed sizes only (a --dynamic axis is refused)
+    calls: tuple[str, ...] = ()  # a WITH_PAST route: the model_tasks calls with past it exports
 
     def export(self, source: Source, request: ExportRequest, dest: Path, progress: Progress) -> ExportResult:
         raise NotImplementedError
@@ -158,13 +159,14 @@ def route_for(framework: str, fmt: str, exporter: str = "auto", quantize: str | 
 
 
 
-def route_with_past(route: Route, exporter: str = "auto", quantize: str | None = None) -> Route | None:
-    """The route that exports a task with past along `route`'s framework and format: `route`
-    itself unless it exports fixed sizes, then its WITH_PAST route (None when there is none)."""
+def route_with_past(route: Route, call: str, exporter: str = "auto", quantize: str | None = None) -> Route | None:
+    """The route that exports a task with past (its model_tasks call) along `route`'s framework
+    and format: `route` itself unless it exports fixed sizes, then its WITH_PAST route when that
+    exports such a task (None otherwise)."""
     if not route.static_shapes:
         return route
     key = _key(route.framework, route.format)
-    if key not in WITH_PAST:
+    if key not in WITH_PAST or call not in WITH_PAST[key].calls:
         return None
     past = WITH_PAST[key]
     if exporter != "auto" and exporter not in past.exporters:

@@ -35,6 +35,7 @@ class TorchToLiteRtLm(Route):
     framework = "torch"
     format = "tflite"
     exporters = ("litert-torch export_hf",)
+    calls = ("cached",)  # decoder-only LLMs: export_hf writes no encoder-decoder
 
     def export(self, source: Source, request: ExportRequest, dest: Path, progress) -> ExportResult:
         litert_torch = require_litert_torch()

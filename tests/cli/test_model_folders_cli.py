@@ -24,7 +24,8 @@ from tests.conftest import run_cli
 def folders(tmp_path_factory):
     root = tmp_path_factory.mktemp("folders")
     saved = {name: save_folder(name, root / name) for name in (
-        "bert-text-classification", "roberta-fill-mask", "vit-image-classification", "llama-causal-lm")}
+        "bert-text-classification", "roberta-fill-mask", "vit-image-classification", "llama-causal-lm",
+        "bart-text2text-generation")}
     from transformers import BertTokenizerFast
 
     vocab = root / "vocab.txt"
@@ -235,6 +236,95 @@ def test_a_broken_cache_fails_naming_the_decode_step_and_the_output(folders, lla
     assert generate and min(f["data"]["generate_step"] for f in generate) == first_step
     assert f"generate: decode step {first_step} (past length 6): output logits" in result.stderr
     assert all(f["output"] == "logits" for f in generate)
+
+
+@pytest.fixture(scope="module")
+def bart_parts(folders, tmp_path_factory):
+    """The BART folder exported as an encoder and a decoder with past (dynamo, opset 20), each in a
+    folder of its own with its report."""
+    parts = {}
+    for part in ("encoder", "with-past"):
+        out = tmp_path_factory.mktemp(part) / f"bart-{part}.onnx"
+        result = run_cli("export", folders["bart-text2text-generation"], "--task", f"text2text-generation-{part}",
+                         "--to", "onnx", "--opset", "20", "--out", out, "--report", out.parent / "report.json",
+                         cwd=out.parent)
+        assert result.returncode == 0, result.stdout + result.stderr
+        parts[part] = out, json.loads((out.parent / "report.json").read_text()), result
+    return parts
+
+
+def _dims(path):
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    return ({v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim] for v in graph.input},
+            [o.name for o in graph.output])
+
+
+def test_an_encoder_decoder_exports_as_encoder_and_decoder_with_past_that_generate_together(folders, bart_parts):
+    import numpy as np
+    import onnxruntime as ort
+    import torch
+    from transformers import BartForConditionalGeneration
+
+    (encoder, _, _), (decoder, report, result) = bart_parts["encoder"], bart_parts["with-past"]
+    inputs, outputs = _dims(encoder)
+    assert inputs == {"input_ids": ["batch_size", "encoder_sequence_length"],
+                      "attention_mask": ["batch_size", "encoder_sequence_length"]}
+    assert outputs == ["last_hidden_state", "present.0.encoder.key", "present.0.encoder.value",
+                       "present.1.encoder.key", "present.1.encoder.value"]
+    inputs, outputs = _dims(decoder)
+    assert list(inputs)[:6] == ["input_ids", "encoder_attention_mask", "past_key_values.0.decoder.key",
+                                "past_key_values.0.decoder.value", "past_key_values.0.encoder.key",
+                                "past_key_values.0.encoder.value"]
+    assert inputs["past_key_values.1.decoder.value"] == ["batch_size", 2, "past_decoder_sequence_length", 16]
+    assert inputs["past_key_values.1.encoder.key"] == ["batch_size", 2, "encoder_sequence_length", 16]
+    assert outputs == ["logits", "present.0.decoder.key", "present.0.decoder.value", "present.1.decoder.key",
+                       "present.1.decoder.value"]
+    assert report["task"] == "text2text-generation-with-past"
+    assert [s["past_length"] for s in report["generation"]["steps"]] == [0, 1, 2, 3, 4]
+    assert all(s["tokens"] == s["expected_tokens"] for s in report["generation"]["steps"])
+    assert "generates as transformers' generate does: prefill and 4 cached decode step(s)" in result.stderr
+    # The two artifacts chained as a runtime chains them generate what transformers' model does
+    # called without any cache, on the whole sequence each step.
+    rng = np.random.default_rng(3)
+    prompt = rng.integers(3, 100, size=(2, 7))
+    mask = np.ones_like(prompt)
+    mask[0, :3] = 0
+    encoded = dict(zip(outputs_of := [o.name for o in ort.InferenceSession(str(encoder)).get_outputs()],
+                       ort.InferenceSession(str(encoder)).run(None, {"input_ids": prompt, "attention_mask": mask})))
+    assert outputs_of[0] == "last_hidden_state"
+    session = ort.InferenceSession(str(decoder))
+    names = [o.name for o in session.get_outputs()]
+    feed = {f"past_key_values.{i}.{part}.{kind}": (encoded[f"present.{i}.encoder.{kind}"] if part == "encoder"
+                                                   else np.zeros((2, 2, 0, 16), np.float32))
+            for i in range(2) for part in ("decoder", "encoder") for kind in ("key", "value")}
+    tokens = np.full((2, 1), 2)  # the decoder start token
+    for _ in range(5):
+        step = dict(zip(names, session.run(None, {"input_ids": tokens[:, -1:], "encoder_attention_mask": mask, **feed})))
+        tokens = np.concatenate([tokens, step["logits"][:, -1].argmax(-1)[:, None]], axis=1)
+        feed.update({f"past_key_values.{i}.decoder.{kind}": step[f"present.{i}.decoder.{kind}"]
+                     for i in range(2) for kind in ("key", "value")})
+    model = BartForConditionalGeneration.from_pretrained(folders["bart-text2text-generation"]).eval()
+    expected = torch.tensor([[2], [2]])
+    with torch.no_grad():
+        for _ in range(5):
+            logits = model(input_ids=torch.from_numpy(prompt), attention_mask=torch.from_numpy(mask),
+                           decoder_input_ids=expected, use_cache=False).logits
+            expected = torch.cat([expected, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+    np.testing.assert_array_equal(tokens, expected.numpy())
+
+
+def test_a_decoder_with_past_of_swapped_layers_fails_naming_the_decode_step(folders, bart_parts, cli, tmp_path):
+    out, _, _ = bart_parts["with-past"]
+    broken = tmp_path / "broken.onnx"
+    swap_presents(out, broken)
+    result = cli("verify", broken, "--source", folders["bart-text2text-generation"], "--task",
+                 "text2text-generation-with-past", "--no-localize", "--report", tmp_path / "r.json")
+    assert result.returncode == 1, result.stdout + result.stderr
+    failures = json.loads((tmp_path / "r.json").read_text())["failures"]
+    assert min(f["data"]["generate_step"] for f in failures if f["message"].startswith("generate: ")) == 1
+    assert "generate: decode step 1 (past length 1): output logits" in result.stderr
 
 
 @pytest.fixture(scope="module")

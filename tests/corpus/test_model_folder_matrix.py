@@ -1,8 +1,9 @@
-"""Every model folder of fixtures/models/hf_folders.py, exported for its inferred task to ONNX at
-opsets 17 and 20 and to TFLite, and verified at several sizes of each dynamic axis; every decoder
-with its KV cache (to TFLite: the LLM of prefill and decode signatures), which must generate as
-transformers' generate does, and without it (README "transformers model folders": the table of
-cells). Slow.
+"""Every model folder of fixtures/models/hf_folders.py, exported for its inferred task (or the one
+given, where its head serves several) to ONNX at opsets 17 and 20 and to TFLite, and verified at
+several sizes of each dynamic axis; every decoder with its KV cache (to TFLite: the LLM of prefill
+and decode signatures), which must generate as transformers' generate does, and without it; every
+encoder-decoder as its encoder and its decoder with past (README "transformers model folders":
+the table of cells). Slow.
 """
 
 import pytest
@@ -14,6 +15,7 @@ pytestmark = pytest.mark.slow
 
 CELLS = [("onnx", 17), ("onnx", 20), ("tflite", None)]
 DECODERS = [name for name, spec in FOLDERS.items() if spec.task == "text-generation-with-past"]
+ENCODER_DECODERS = [name for name, spec in FOLDERS.items() if spec.task == "text2text-generation"]
 LLM_UNSUPPORTED = ["gpt2-causal-lm"]  # model types litert-torch's export_hf does not export
 
 
@@ -27,7 +29,7 @@ def saved(tmp_path_factory):
 @pytest.mark.parametrize("name", FOLDERS)
 def test_each_folder_exports_and_verifies(saved, tmp_path, name, to, opset):
     out = tmp_path / f"{name}.{to}"
-    report = api.export(str(saved[name]), to=to, out=out, opset=opset)
+    report = api.export(str(saved[name]), to=to, out=out, opset=opset, task=FOLDERS[name].given_task)
     if to == "tflite" and name in LLM_UNSUPPORTED:  # README: the exit-4 cells and their reasons
         assert report.exit_code == 4 and not out.exists()
         assert f"model type {FOLDERS[name].model_type}, task text-generation-with-past: litert-torch's export_hf " \
@@ -50,6 +52,31 @@ def test_each_folder_exports_and_verifies(saved, tmp_path, name, to, opset):
         steps = report.generation["steps"]
         assert len(steps) >= 4 and steps[0]["past_length"] == 0 and all(s["past_length"] > 0 for s in steps[1:])
         assert all(s["tokens"] == s["expected_tokens"] for s in steps)
+
+
+@pytest.mark.parametrize("to, opset", CELLS, ids=["onnx17", "onnx20", "tflite"])
+@pytest.mark.parametrize("part", ["encoder", "with-past"])
+@pytest.mark.parametrize("name", ENCODER_DECODERS)
+def test_each_encoder_decoder_exports_as_encoder_and_decoder_with_past(saved, tmp_path, name, part, to, opset):
+    out = tmp_path / f"{name}-{part}.{to}"
+    task = f"text2text-generation-{part}"
+    report = api.export(str(saved[name]), to=to, out=out, opset=opset, task=task)
+    if to == "tflite" and part == "with-past":  # README: the exit-4 cells and their reasons
+        assert report.exit_code == 4 and not out.exists()
+        assert f"model type {FOLDERS[name].model_type}, task {task}: the torch -> tflite route (litert-torch) exports " \
+               "fixed sizes" in report.summary_lines()[1]
+        return
+    assert report.exit_code == 0, report.summary_lines()
+    assert report.task == task and out.is_file()
+    if to == "onnx":
+        assert all(entry["status"] == "pass" and len(entry["sizes"]) >= 3 for entry in report.dynamic)
+    if part == "with-past":  # the decoder's own cache generates as transformers' generate does
+        steps = report.generation["steps"]
+        assert [s["past_length"] for s in steps] == [0, 1, 2, 3, 4]
+        assert all(s["tokens"] == s["expected_tokens"] for s in steps)
+    else:  # every decoder layer's cross-attention keys and values beside the hidden states
+        assert report.outputs[0].name == "last_hidden_state"
+        assert [o.name for o in report.outputs[1:3]] == ["present.0.encoder.key", "present.0.encoder.value"]
 
 
 @pytest.mark.parametrize("to, opset", CELLS, ids=["onnx17", "onnx20", "tflite"])
