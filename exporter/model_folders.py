@@ -211,7 +211,7 @@ class HeadCall:
     """The head called on the task's inputs by keyword, returning the task's outputs by name."""
 
     def __init__(self, torch, model, task: Task, model_type: str):
-        self.torch, self.model, self.task = torch, model, task
+        self.model, self.task = model, task
         self.past_inputs: list[TaskInput] = []  # the cache's inputs, after the task's
 
     def __call__(self, arguments: dict) -> dict:
