@@ -13,7 +13,7 @@ import shutil
 
 import pytest
 
-from exporter import runs
+from exporter import api, runs
 from fixtures.broken_caches import restart_positions, swap_presents
 from fixtures.inject_faults import inject_onnx
 from fixtures.models.hf_folders import save_folder
@@ -241,15 +241,14 @@ def test_a_broken_cache_fails_naming_the_decode_step_and_the_output(folders, lla
 @pytest.fixture(scope="module")
 def bart_parts(folders, tmp_path_factory):
     """The BART folder exported as an encoder and a decoder with past (dynamo, opset 20), each in a
-    folder of its own with its report."""
+    folder of its own, with its report (through the API: the CLI's --task is the Llama tests')."""
     parts = {}
     for part in ("encoder", "with-past"):
         out = tmp_path_factory.mktemp(part) / f"bart-{part}.onnx"
-        result = run_cli("export", folders["bart-text2text-generation"], "--task", f"text2text-generation-{part}",
-                         "--to", "onnx", "--opset", "20", "--out", out, "--report", out.parent / "report.json",
-                         cwd=out.parent)
-        assert result.returncode == 0, result.stdout + result.stderr
-        parts[part] = out, json.loads((out.parent / "report.json").read_text()), result
+        report = api.export(str(folders["bart-text2text-generation"]), task=f"text2text-generation-{part}", to="onnx",
+                            opset=20, out=out)
+        assert report.exit_code == 0, report.summary_lines()
+        parts[part] = out, report
     return parts
 
 
@@ -267,7 +266,7 @@ def test_an_encoder_decoder_exports_as_encoder_and_decoder_with_past_that_genera
     import torch
     from transformers import BartForConditionalGeneration
 
-    (encoder, _, _), (decoder, report, result) = bart_parts["encoder"], bart_parts["with-past"]
+    (encoder, _), (decoder, report) = bart_parts["encoder"], bart_parts["with-past"]
     inputs, outputs = _dims(encoder)
     assert inputs == {"input_ids": ["batch_size", "encoder_sequence_length"],
                       "attention_mask": ["batch_size", "encoder_sequence_length"]}
@@ -281,10 +280,11 @@ def test_an_encoder_decoder_exports_as_encoder_and_decoder_with_past_that_genera
     assert inputs["past_key_values.1.encoder.key"] == ["batch_size", 2, "encoder_sequence_length", 16]
     assert outputs == ["logits", "present.0.decoder.key", "present.0.decoder.value", "present.1.decoder.key",
                        "present.1.decoder.value"]
-    assert report["task"] == "text2text-generation-with-past"
-    assert [s["past_length"] for s in report["generation"]["steps"]] == [0, 1, 2, 3, 4]
-    assert all(s["tokens"] == s["expected_tokens"] for s in report["generation"]["steps"])
-    assert "generates as transformers' generate does: prefill and 4 cached decode step(s)" in result.stderr
+    assert report.task == "text2text-generation-with-past"
+    assert [s["past_length"] for s in report.generation["steps"]] == [0, 1, 2, 3, 4]
+    assert all(s["tokens"] == s["expected_tokens"] for s in report.generation["steps"])
+    assert any("generates as transformers' generate does: prefill and 4 cached decode step(s)" in line
+               for line in report.summary_lines())
     # The two artifacts chained as a runtime chains them generate what transformers' model does
     # called without any cache, on the whole sequence each step.
     rng = np.random.default_rng(3)
@@ -315,16 +315,16 @@ def test_an_encoder_decoder_exports_as_encoder_and_decoder_with_past_that_genera
     np.testing.assert_array_equal(tokens, expected.numpy())
 
 
-def test_a_decoder_with_past_of_swapped_layers_fails_naming_the_decode_step(folders, bart_parts, cli, tmp_path):
-    out, _, _ = bart_parts["with-past"]
+def test_a_decoder_with_past_of_swapped_layers_fails_naming_the_decode_step(folders, bart_parts, tmp_path):
+    out, _ = bart_parts["with-past"]
     broken = tmp_path / "broken.onnx"
     swap_presents(out, broken)
-    result = cli("verify", broken, "--source", folders["bart-text2text-generation"], "--task",
-                 "text2text-generation-with-past", "--no-localize", "--report", tmp_path / "r.json")
-    assert result.returncode == 1, result.stdout + result.stderr
-    failures = json.loads((tmp_path / "r.json").read_text())["failures"]
-    assert min(f["data"]["generate_step"] for f in failures if f["message"].startswith("generate: ")) == 1
-    assert "generate: decode step 1 (past length 1): output logits" in result.stderr
+    report = api.verify(broken, source=str(folders["bart-text2text-generation"]),
+                        task="text2text-generation-with-past", localize=False)
+    assert report.exit_code == 1, report.summary_lines()
+    generate = [f for f in report.failures if f.message.startswith("generate: ")]
+    assert min(f.data["generate_step"] for f in generate) == 1
+    assert any(f.message.startswith("generate: decode step 1 (past length 1): output logits") for f in generate)
 
 
 @pytest.fixture(scope="module")
