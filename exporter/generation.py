@@ -66,13 +66,10 @@ def reference_generation(task_model, seed: int) -> Generation:
     (`past_key_values.N.encoder.*`: the encoder artifact's outputs)."""
     import torch
     from transformers import GenerationConfig
+    from transformers.generation.utils import GenerationMixin
 
     model = task_model.model
-    vocabulary = model.config.get_text_config().vocab_size
-    rng = np.random.default_rng([seed, 1])
-    prompt = torch.from_numpy(rng.integers(0, vocabulary, size=(2, PROMPT_LENGTH)))
-    mask = torch.ones_like(prompt)
-    mask[1, :PADDED] = 0
+    prompt = PROMPTS[getattr(model, "main_input_name", "input_ids")](torch, model, np.random.default_rng([seed, 1]))
     generation = Generation()
     recorded = {name: keyword for name, keyword in task_model.keywords.items() if not name.startswith(PAST)}
 
@@ -90,9 +87,9 @@ def reference_generation(task_model, seed: int) -> Generation:
     model.generation_config = GenerationConfig()
     hook = model.register_forward_pre_hook(record, with_kwargs=True)
     try:
-        with torch.no_grad():
-            out = model.generate(input_ids=prompt, attention_mask=mask, generation_config=greedy,
-                                 output_logits=True, return_dict_in_generate=True)
+        with torch.no_grad():  # the generic loop, not a model's own generate (Whisper's forces tokens)
+            out = GenerationMixin.generate(model, **prompt, generation_config=greedy, output_logits=True,
+                                           return_dict_in_generate=True)
     finally:
         hook.remove()
         model.generation_config = folder_settings
@@ -102,6 +99,24 @@ def reference_generation(task_model, seed: int) -> Generation:
         step.feed.update(cross)
     generation.tokens = out.sequences[:, -len(out.logits):].numpy()
     return generation
+
+
+def _token_prompt(torch, model, rng) -> dict:
+    """Two rows of PROMPT_LENGTH token ids, the second left-padded by PADDED."""
+    prompt = torch.from_numpy(rng.integers(0, model.config.get_text_config().vocab_size, size=(2, PROMPT_LENGTH)))
+    mask = torch.ones_like(prompt)
+    mask[1, :PADDED] = 0
+    return {"input_ids": prompt, "attention_mask": mask}
+
+
+def _feature_prompt(torch, model, rng) -> dict:
+    """Two rows of Whisper's log-mel features, as many frames as its encoder takes (twice its positions)."""
+    config = model.config
+    shape = (2, config.num_mel_bins, 2 * config.max_source_positions)
+    return {"input_features": torch.from_numpy(rng.standard_normal(shape).astype(np.float32))}
+
+
+PROMPTS = {"input_ids": _token_prompt, "input_features": _feature_prompt}  # by the model's main input
 
 
 def _cross_attention_feed(cache) -> dict[str, np.ndarray]:

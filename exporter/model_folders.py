@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from exporter.model_tasks import PAST, PAST_MASK, PRESENT, TASKS, Task, TaskInput
+from exporter.model_tasks import ENCODERS, PAST, PAST_MASK, PRESENT, TASKS, Task, TaskInput
 from exporter.sources import stated_length_limit
 from verifiers.errors import BadInput, Incompatible, one_line
 from verifiers.sizes import DynamicAxis
@@ -252,12 +252,12 @@ class EncoderCall(HeadCall):
 
     def __init__(self, torch, model, task: Task, model_type: str):
         super().__init__(torch, model, task, model_type)
-        self.attentions = _cross_attentions(torch, model)
-        example = torch.arange(3, dtype=torch.long)[None] % model.config.get_text_config().vocab_size
+        probe = _encoder_probe(torch, model, task)
+        self.attentions = _cross_attentions(torch, model, probe)
         with torch.no_grad():
-            cache = returned_cache(model(input_ids=example, decoder_input_ids=example[:, :1], use_cache=True))
+            cache = returned_cache(model(**probe, decoder_input_ids=_one_token(torch), use_cache=True))
             expected = _presents(getattr(cache, "cross_attention_cache", None), "encoder.")
-            found = self({"input_ids": example})
+            found = self(dict(probe))  # a copy: the call takes its arguments
         if not expected or any(found.get(name) is None or not torch.allclose(found[name], value)
                                for name, value in expected.items()):
             raise Incompatible(f"model type {model_type}: its decoder's cross-attention keys and values cannot be "
@@ -283,9 +283,9 @@ class CachedDecoderCall(HeadCall):
 
     def __init__(self, torch, model, task: Task, model_type: str):
         super().__init__(torch, model, task, model_type)
-        one = torch.zeros((1, 1), dtype=torch.long)
         with torch.no_grad():
-            result = model(input_ids=one, decoder_input_ids=one, use_cache=True, return_dict=True)
+            result = model(**_encoder_probe(torch, model, task), decoder_input_ids=_one_token(torch), use_cache=True,
+                           return_dict=True)
         cache = returned_cache(result)
         self.hidden_size = result["encoder_last_hidden_state"].shape[-1]
         own = _key_value_layers(torch, getattr(cache, "self_attention_cache", None), model_type, task)
@@ -346,7 +346,19 @@ def _presents(cache, part: str) -> dict:
     return presents
 
 
-def _cross_attentions(torch, model) -> list:
+def _one_token(torch):
+    return torch.zeros((1, 1), dtype=torch.long)
+
+
+def _encoder_probe(torch, model, task: Task) -> dict:
+    """One row of what an encoder-decoder's encoder takes (model_tasks.ENCODERS, by its main input),
+    at the example's sizes, by keyword: for the calls that find its caches' shapes at load."""
+    sizes = {**_sizes(model, task), "batch_size": 1}
+    return {spec.keyword: torch.from_numpy(_example(spec, model.config, sizes))
+            for spec in ENCODERS[getattr(model, "main_input_name", "input_ids")]}
+
+
+def _cross_attentions(torch, model, probe: dict) -> list:
     """The decoder's cross-attention modules in the order it calls them: the innermost modules
     called with `key_value_states`, seen on one short call."""
     called = []
@@ -356,10 +368,9 @@ def _cross_attentions(torch, model) -> list:
             called.append(module)
 
     hooks = [module.register_forward_pre_hook(record, with_kwargs=True) for module in model.get_decoder().modules()]
-    one = torch.zeros((1, 1), dtype=torch.long)
     try:
         with torch.no_grad():
-            model(input_ids=one, decoder_input_ids=one, use_cache=False)
+            model(**probe, decoder_input_ids=_one_token(torch), use_cache=False)
     finally:
         for hook in hooks:
             hook.remove()

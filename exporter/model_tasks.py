@@ -13,10 +13,11 @@ heads, past_sequence_length, head_size), `present.N.key` / `.value` out, past an
 together; the attention mask covers both (`past_sequence_length + sequence_length`).
 
 An encoder-decoder generates with two artifacts, in the layout of optimum's decoder with past and
-onnxruntime's encoder-decoder exports: the encoder (`text2text-generation-encoder`) runs once per
-prompt and returns, beside its hidden states, every decoder layer's cross-attention key and value
-(`present.N.encoder.key` / `.value`: they depend on the encoder's output only); the decoder
-(`text2text-generation-with-past`) runs every step with its own cache
+onnxruntime's encoder-decoder exports: the encoder (`text2text-generation-encoder`, Whisper's
+`automatic-speech-recognition-encoder`) runs once per prompt and returns, beside its hidden
+states, every decoder layer's cross-attention key and value (`present.N.encoder.key` / `.value`:
+they depend on the encoder's output only); the decoder (`text2text-generation-with-past`,
+`automatic-speech-recognition-with-past`) runs every step with its own cache
 (`past_key_values.N.decoder.key` / `.value` in, `present.N.decoder.*` out) and the encoder's
 (`past_key_values.N.encoder.*`, the same at every step). Neither is inferred from the folder: a
 part is exported when asked for.
@@ -89,13 +90,19 @@ SEQ2SEQ = (
     *TEXT[:2],
     TaskInput("decoder_input_ids", "int64", ("batch_size", "decoder_sequence_length"), "tokens"),
 )
-ENCODER = tuple(TaskInput(i.name, i.dtype, ("batch_size", "encoder_sequence_length"), i.values) for i in TEXT[:2])
-# the decoder's tokens and the encoder's padding; the caches follow from the model (model_folders)
-DECODER_WITH_PAST = (
-    TaskInput("input_ids", "int64", ("batch_size", "decoder_sequence_length"), "tokens", "decoder_input_ids"),
-    TaskInput("encoder_attention_mask", "int64", ("batch_size", "encoder_sequence_length"), "mask",
-              "attention_mask"),
-)
+# An encoder-decoder's encoder, by its main input: token ids and their padding, or Whisper's features
+ENCODERS = {"input_ids": tuple(TaskInput(i.name, i.dtype, ("batch_size", "encoder_sequence_length"), i.values)
+                               for i in TEXT[:2]),
+            "input_features": FEATURES[:1]}
+DECODER_TOKENS = TaskInput("input_ids", "int64", ("batch_size", "decoder_sequence_length"), "tokens",
+                           "decoder_input_ids")
+# the decoder's tokens and the encoder's padding (Whisper's encoder has none); the caches follow from
+# the model (model_folders)
+DECODERS_WITH_PAST = {
+    "input_ids": (DECODER_TOKENS, TaskInput("encoder_attention_mask", "int64", ("batch_size", "encoder_sequence_length"),
+                                            "mask", "attention_mask")),
+    "input_features": (DECODER_TOKENS,),
+}
 
 TASKS: dict[str, Task] = {task.name: task for task in (
     Task("feature-extraction", "MODEL_MAPPING_NAMES", ("last_hidden_state",),
@@ -122,9 +129,16 @@ TASKS: dict[str, Task] = {task.name: task for task in (
     Task("text2text-generation", "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", ("logits",),
          {"input_ids": SEQ2SEQ}, dynamic=("batch_size", "sequence_length", "decoder_sequence_length"), causal=True),
     Task("text2text-generation-encoder", "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", ("last_hidden_state",),
-         {"input_ids": ENCODER}, dynamic=("batch_size", "encoder_sequence_length"), call="encoder"),
+         ENCODERS, dynamic=("batch_size", "encoder_sequence_length"), call="encoder"),
     Task("text2text-generation-with-past", "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", ("logits",),
-         {"input_ids": DECODER_WITH_PAST},
+         DECODERS_WITH_PAST,
+         dynamic=("batch_size", "decoder_sequence_length", "past_decoder_sequence_length", "encoder_sequence_length"),
+         causal=True, call="cached-decoder"),
+    # Whisper pads every input to 30 s: its encoder takes a fixed number of frames
+    Task("automatic-speech-recognition-encoder", "MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES", ("last_hidden_state",),
+         ENCODERS, dynamic=("batch_size",), call="encoder"),
+    Task("automatic-speech-recognition-with-past", "MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES", ("logits",),
+         DECODERS_WITH_PAST,
          dynamic=("batch_size", "decoder_sequence_length", "past_decoder_sequence_length", "encoder_sequence_length"),
          causal=True, call="cached-decoder"),
 )}

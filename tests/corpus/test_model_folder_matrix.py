@@ -15,7 +15,9 @@ pytestmark = pytest.mark.slow
 
 CELLS = [("onnx", 17), ("onnx", 20), ("tflite", None)]
 DECODERS = [name for name, spec in FOLDERS.items() if spec.task == "text-generation-with-past"]
-ENCODER_DECODERS = [name for name, spec in FOLDERS.items() if spec.task == "text2text-generation"]
+# each encoder-decoder and the task it is split for (<task>-encoder, <task>-with-past)
+ENCODER_DECODERS = {name: spec.task for name, spec in FOLDERS.items()
+                    if spec.task in ("text2text-generation", "automatic-speech-recognition")}
 LLM_UNSUPPORTED = ["gpt2-causal-lm"]  # model types litert-torch's export_hf does not export
 
 
@@ -59,7 +61,7 @@ def test_each_folder_exports_and_verifies(saved, tmp_path, name, to, opset):
 @pytest.mark.parametrize("name", ENCODER_DECODERS)
 def test_each_encoder_decoder_exports_as_encoder_and_decoder_with_past(saved, tmp_path, name, part, to, opset):
     out = tmp_path / f"{name}-{part}.{to}"
-    task = f"text2text-generation-{part}"
+    task = f"{ENCODER_DECODERS[name]}-{part}"
     report = api.export(str(saved[name]), to=to, out=out, opset=opset, task=task)
     if to == "tflite" and part == "with-past":  # README: the exit-4 cells and their reasons
         assert report.exit_code == 4 and not out.exists()
