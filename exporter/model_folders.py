@@ -252,11 +252,9 @@ class EncoderCall(HeadCall):
 
     def __init__(self, torch, model, task: Task, model_type: str):
         super().__init__(torch, model, task, model_type)
-        probe = _encoder_probe(torch, model, task)
-        self.attentions = _cross_attentions(torch, model, probe)
+        self.attentions, probe, result = _cross_attentions(torch, model, task)
+        expected = _presents(getattr(returned_cache(result), "cross_attention_cache", None), "encoder.")
         with torch.no_grad():
-            cache = returned_cache(model(**probe, decoder_input_ids=_one_token(torch), use_cache=True))
-            expected = _presents(getattr(cache, "cross_attention_cache", None), "encoder.")
             found = self(dict(probe))  # a copy: the call takes its arguments
         if not expected or any(found.get(name) is None or not torch.allclose(found[name], value)
                                for name, value in expected.items()):
@@ -283,9 +281,7 @@ class CachedDecoderCall(HeadCall):
 
     def __init__(self, torch, model, task: Task, model_type: str):
         super().__init__(torch, model, task, model_type)
-        with torch.no_grad():
-            result = model(**_encoder_probe(torch, model, task), decoder_input_ids=_one_token(torch), use_cache=True,
-                           return_dict=True)
+        _, result = _first_step(torch, model, task)
         cache = returned_cache(result)
         self.hidden_size = result["encoder_last_hidden_state"].shape[-1]
         own = _key_value_layers(torch, getattr(cache, "self_attention_cache", None), model_type, task)
@@ -346,21 +342,21 @@ def _presents(cache, part: str) -> dict:
     return presents
 
 
-def _one_token(torch):
-    return torch.zeros((1, 1), dtype=torch.long)
-
-
-def _encoder_probe(torch, model, task: Task) -> dict:
-    """One row of what an encoder-decoder's encoder takes (model_tasks.ENCODERS, by its main input),
-    at the example's sizes, by keyword: for the calls that find its caches' shapes at load."""
+def _first_step(torch, model, task: Task) -> tuple[dict, Any]:
+    """An encoder-decoder's first decoder step, with its cache, on one row of what its encoder takes
+    (model_tasks.ENCODERS, by its main input, at the example's sizes) and one decoder token: where
+    the calls read their caches' shapes at load. Returns its encoder inputs, by keyword, and its result."""
     sizes = {**_sizes(model, task), "batch_size": 1}
-    return {spec.keyword: torch.from_numpy(_example(spec, model.config, sizes))
-            for spec in ENCODERS[getattr(model, "main_input_name", "input_ids")]}
+    probe = {spec.keyword: torch.from_numpy(_example(spec, model.config, sizes))
+             for spec in ENCODERS[getattr(model, "main_input_name", "input_ids")]}
+    with torch.no_grad():
+        return probe, model(**probe, decoder_input_ids=torch.zeros((1, 1), dtype=torch.long), use_cache=True,
+                            return_dict=True)
 
 
-def _cross_attentions(torch, model, probe: dict) -> list:
+def _cross_attentions(torch, model, task: Task) -> tuple[list, dict, Any]:
     """The decoder's cross-attention modules in the order it calls them: the innermost modules
-    called with `key_value_states`, seen on one short call."""
+    called with `key_value_states`, seen on its first step (returned with _first_step's)."""
     called = []
 
     def record(module, args, kwargs):
@@ -369,13 +365,13 @@ def _cross_attentions(torch, model, probe: dict) -> list:
 
     hooks = [module.register_forward_pre_hook(record, with_kwargs=True) for module in model.get_decoder().modules()]
     try:
-        with torch.no_grad():
-            model(**probe, decoder_input_ids=_one_token(torch), use_cache=False)
+        probe, result = _first_step(torch, model, task)
     finally:
         for hook in hooks:
             hook.remove()
-    return [module for module in called
-            if not any(other is not module and other in set(module.modules()) for other in called)]
+    innermost = [module for module in called
+                 if not any(other is not module and other in set(module.modules()) for other in called)]
+    return innermost, probe, result
 
 
 def _sizes(model, task: Task) -> dict[str, int]:
@@ -385,7 +381,7 @@ def _sizes(model, task: Task) -> dict[str, int]:
     sizes = {**EXAMPLE_SIZES, **(PAST_SIZES if task.past else {}),
              "num_channels": getattr(config, "num_channels", 3), "height": image, "width": image,
              "feature_size": getattr(config, "num_mel_bins", 80),
-             # Whisper's frames (twice its positions: a stride-2 convolution), a text encoder's tokens
+             # Whisper's frames (twice its positions: a stride-2 convolution); a text encoder's tokens, 16
              "encoder_sequence_length": 2 * getattr(config, "max_source_positions", EXAMPLE_SIZES["sequence_length"])}
     sizes["sequence_length"] = min(sizes["sequence_length"], limit)
     return sizes
