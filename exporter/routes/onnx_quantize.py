@@ -2,7 +2,11 @@
 
 The route exports float into a temporary folder beside the destination (removed afterwards, also
 on failure); quant_pre_process (shape inference, ORT's graph optimisations) prepares it and
-quantize_static writes the QDQ artifact at the destination: per-channel int8 weights, int8
+quantize_static writes the QDQ artifact at the destination. Where quant_pre_process fails (its
+symbolic shape inference stops on transformers graphs the TorchScript exporter writes:
+"Incomplete symbolic shape inference"), the ways onnxruntime documents are taken in turn, and
+the report's notes say which: again without symbolic shape inference (skip_symbolic_shape), then
+no preparation at all (quantize_static takes a float model as it is). The artifact is: per-channel int8 weights, int8
 activations (symmetric-range int8 as the TFLite routes and TensorRT/ARM kernels take them; ORT
 runs S8S8 QDQ on every CPU), MinMax ranges over the calibration feeds. op_types_to_quantize
 lists every op type of the graph but the shape-only ones: ORT quantizes a type outside its QDQ
@@ -18,6 +22,8 @@ and uint8 are refused.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import tempfile
 from pathlib import Path
 from typing import Callable
@@ -38,6 +44,15 @@ def check_onnx_int8(request: ExportRequest) -> None:
                        "(QuantizeLinear/DequantizeLinear at the edges); use --io float")
 
 
+# quant_pre_process's options, tried in this order until one prepares the model (onnxruntime's
+# documented fallback for graphs its symbolic shape inference cannot follow), what each skips, and
+# how report.quantization["preparation"] names it ("none": the float model quantized as it is).
+PREPARATIONS = (
+    ({}, None, "quant_pre_process"),
+    ({"skip_symbolic_shape": True}, "symbolic shape inference", "quant_pre_process(skip_symbolic_shape=True)"),
+)
+
+
 def export_int8(export_float: Callable[[Path], ExportResult], request: ExportRequest, dest: Path,
                 progress) -> ExportResult:
     """`export_float(path)` writes the float model at `path`; its QDQ int8 quantization is written
@@ -45,34 +60,71 @@ def export_int8(export_float: Callable[[Path], ExportResult], request: ExportReq
     check_onnx_int8(request)
     dest = Path(dest)
     with tempfile.TemporaryDirectory(prefix=f".{dest.name}.float-", dir=dest.parent) as folder:
-        float_path = Path(folder) / dest.name
+        float_path = Path(folder).resolve() / dest.name
         result = export_float(float_path)
         try:
-            method = quantize_onnx(float_path, dest, request.calibration, progress)
+            method, preparation, notes = quantize_onnx(float_path, dest, request.calibration, progress)
         except BaseException:
             remove_artifact(dest, "onnx")
             raise
-    result.quantization = int8_result(request, method, dest, "onnx")
+    result.notes.extend(notes)
+    result.quantization = {**int8_result(request, method, dest, "onnx"), "preparation": preparation}
     return result
 
 
-def quantize_onnx(float_path: Path, dest: Path, feeds: list[dict], progress) -> str:
-    """Quantize the float model at `float_path` into `dest` (QDQ, int8); returns what quantized."""
-    import onnx
-    import onnxruntime
-    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+def prepare(float_path: Path, prepared: Path, label: str, progress) -> tuple[Path, str, list[str]]:
+    """The float model prepared for quantization by quant_pre_process, the first of PREPARATIONS
+    that succeeds, else `float_path` itself; the preparation's name, and a note when the first failed."""
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     large = bool(companion_files(float_path, "onnx"))
-    prepared = float_path.with_name(f"prepared-{float_path.name}")
-    label = f"onnxruntime.quantization {onnxruntime.__version__}"
-    progress(f"preparing the float model for quantization ({label} quant_pre_process)")
+    notes, failures = [], []
+    for options, skipped, name in PREPARATIONS:
+        progress(f"preparing the float model for quantization ({label} quant_pre_process"
+                 + (f", {skipped} skipped)" if skipped else ")"))
+        try:
+            # Its symbolic shape inference saves the model it gave up on into the working
+            # directory (sym_shape_infer_temp.onnx and its data): that is the scratch folder here.
+            with quiet_exporter(), _working_directory(float_path.parent):
+                quant_pre_process(str(float_path), str(prepared), save_as_external_data=large,
+                                  all_tensors_to_one_file=True, external_data_location=f"{prepared.name}.data",
+                                  **options)
+        except Exception as exc:  # noqa: BLE001 - the next documented preparation is tried
+            failures.append(one_line(exc))
+            remove_artifact(prepared, "onnx")
+            continue
+        if failures:
+            notes.append(f"int8: {label} quant_pre_process failed ({failures[0]}); the model was prepared "
+                         f"without {skipped}, as onnxruntime documents")
+        return prepared, name, notes
+    notes.append(f"int8: {label} quant_pre_process failed with and without symbolic shape inference "
+                 f"({failures[-1]}); the float model was quantized without preparation, as onnxruntime allows "
+                 "(tensors of unknown shape may stay float)")
+    return float_path, "none", notes
+
+
+@contextlib.contextmanager
+def _working_directory(folder: Path):
+    before = os.getcwd()
+    os.chdir(folder)
     try:
-        with quiet_exporter():
-            quant_pre_process(str(float_path), str(prepared), save_as_external_data=large,
-                              all_tensors_to_one_file=True, external_data_location=f"{prepared.name}.data")
-    except Exception as exc:
-        raise Incompatible(f"{label} quant_pre_process failed: {one_line(exc)}") from exc
+        yield
+    finally:
+        os.chdir(before)
+
+
+def quantize_onnx(float_path: Path, dest: Path, feeds: list[dict], progress) -> tuple[str, str, list[str]]:
+    """Quantize the float model at `float_path` into `dest` (QDQ, int8); returns what quantized,
+    how the model was prepared (PREPARATIONS' names, or "none"), and a note when quant_pre_process's
+    defaults failed."""
+    import onnx
+    import onnxruntime
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+
+    large = bool(companion_files(float_path, "onnx"))
+    label = f"onnxruntime.quantization {onnxruntime.__version__}"
+    prepared, preparation, notes = prepare(float_path, float_path.with_name(f"prepared-{float_path.name}"), label,
+                                           progress)
     model = onnx.load(str(prepared), load_external_data=False)
     inputs = [v.name for v in model.graph.input if v.name not in {t.name for t in model.graph.initializer}]
     op_types = sorted({node.op_type for node in iter_nodes(model.graph)} - SHAPE_ONLY_OPS)
@@ -88,7 +140,7 @@ def quantize_onnx(float_path: Path, dest: Path, feeds: list[dict], progress) -> 
     except Exception as exc:
         raise Incompatible(f"{label} quantize_static failed: {one_line(exc)}") from exc
     return (f"{label} quantize_static (QDQ, per-channel int8 weights, int8 activations, MinMax calibration "
-            f"on {len(feeds)} batch(es))")
+            f"on {len(feeds)} batch(es))"), preparation, notes
 
 
 class _Reader:

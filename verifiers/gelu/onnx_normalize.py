@@ -82,9 +82,11 @@ def read_through_qdq(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str,
             continue
         scale, zero = quant
         if node.op_type == "DequantizeLinear":
-            data = numpy_helper.to_array(values[node.input[0]]) if node.input[0] in values else None
-            if data is not None and data.size == 1 and node.output[0] not in outputs:
-                value = (data.astype(np.float64) - float(zero)) * float(scale)
+            constant = values.get(node.input[0])
+            # Only a one-element constant is read: a weight may be left unread in its file
+            # (verifiers.onnx_wire.read_without_weights), and it stays a DequantizeLinear.
+            if constant is not None and int(np.prod(constant.dims)) == 1 and node.output[0] not in outputs:
+                value = (numpy_helper.to_array(constant).astype(np.float64) - float(zero)) * float(scale)
                 constants.append(numpy_helper.from_array(value.astype(np.float32), node.output[0]))
                 dropped.add(i)
             continue
