@@ -61,18 +61,20 @@ def localize(run, reload) -> None:
         report.notes.append(f"localisation: not for {mode} artifacts (their layers are compared with a float twin)")
         return
     feed, outputs, which = failing_batch(report, run.feeds, run.reference, run.sized)
-    source = run.source
+    source, source_feed = run.source, feed
     if source.model is None:
         run.progress("loading the source model again to trace it op by op")
         source = reload()
-        if not _same_outputs(source, feed, outputs):
-            report.notes.append("localisation: the source model gives other outputs when loaded again (random weights "
-                                "without a seed?), so it cannot be traced as it ran: pass --localize to trace it once")
+        source_feed = as_reloaded(feed, run.source, source)
+        differs = _reload_differs(source, source_feed, outputs)
+        if differs:
+            report.notes.append(f"localisation: {differs}, so it cannot be traced as it ran: pass --localize to "
+                                "trace it once")
             return
     run.progress(f"tracing the source model op by op on {which}")
     try:
         with quiet_exporter():
-            trace = source.framework.trace(source, feed)
+            trace = source.framework.trace(source, source_feed)
     except ExportgateError:
         raise
     except Exception as exc:  # noqa: BLE001 - a model the tracer cannot follow: the run's verdict stands
@@ -122,10 +124,23 @@ def reload_source(spec: str, input_specs, default_inputs, trust_source: bool, ta
     return load_source(spec, input_specs, default_inputs=default_inputs, trust_source=trust_source, task=task)
 
 
-def _same_outputs(source: Source, feed: dict, outputs: list[np.ndarray]) -> bool:
+def as_reloaded(feed: dict, loaded: Source, reloaded: Source) -> dict:
+    """`feed` (by the first load's input names) under the names the source has when loaded again:
+    a framework may number its own names per process (Keras: keras_tensor, then keras_tensor_156),
+    so inputs of the same count, shapes and types are matched by position."""
+    if loaded.input_names == reloaded.input_names or [(s.shape, s.dtype) for s in loaded.inputs] != [
+            (s.shape, s.dtype) for s in reloaded.inputs]:
+        return feed
+    return {new: feed[old] for old, new in zip(loaded.input_names, reloaded.input_names)}
+
+
+def _reload_differs(source: Source, feed: dict, outputs: list[np.ndarray]) -> str | None:
+    """Why the source loaded again is not the source that ran (None: it gives the same outputs)."""
     try:
         again = source.run(feed)[2]
-    except BadInput:
-        return False
-    return len(again) == len(outputs) and all(
-        a.shape == b.shape and max_abs(a, b) <= SAME_OUTPUTS_RTOL * scale(b) for a, b in zip(again, outputs))
+    except BadInput as exc:
+        return f"the source model loaded again fails on the batch ({exc})"
+    if len(again) != len(outputs) or not all(
+            a.shape == b.shape and max_abs(a, b) <= SAME_OUTPUTS_RTOL * scale(b) for a, b in zip(again, outputs)):
+        return "the source model gives other outputs when loaded again (random weights without a seed?)"
+    return None
