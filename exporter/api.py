@@ -210,7 +210,8 @@ def _integer_artifact(run: Checked) -> bool:
 
 def _diagnose_layers(run: Checked, float_model: Path) -> None:
     feeds = [named_feed(run.runner, feed) for feed in run.feeds]
-    integer.diagnose_layers(run.report, run.artifact.path, float_model, feeds, run.tolerances.integer, run.progress)
+    integer.diagnose_layers(run.report, run.artifact, float_model, feeds, run.tolerances.integer, run.runner,
+                            run.progress)
 
 
 def _sensitivity_applies(run: Checked) -> bool:

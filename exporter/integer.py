@@ -17,6 +17,7 @@ from verifiers.errors import BadInput
 from verifiers.formats import Artifact
 from verifiers.quant_metrics import IntegerThresholds
 from verifiers.report import Report
+from verifiers.runtimes import Runner
 
 INTEGER_MODES = ("int8", "int16", "mixed")  # precisions judged by SQNR and top-1, not atol/rtol ("mixed": some ops left float)
 CALIBRATION_BATCHES = 8  # seeded random batches when no --calibration is given
@@ -102,15 +103,25 @@ def float_twin(route, source: Source, request, folder: Path, name: str, progress
     return dest
 
 
-def diagnose_layers(report: Report, quantized: Path, float_model: Path, feeds: list[dict],
-                    limits: IntegerThresholds, progress) -> None:
+def diagnose_layers(report: Report, artifact: Artifact, float_model: Path, feeds: list[dict],
+                    limits: IntegerThresholds, runner: Runner, progress) -> None:
     """Each quantized tensor against the float model's (`feeds`: float, under the artifact's input
     names), worst first, in report.quantization; the first layer in graph order below the SQNR
-    floor is named in the finding of every failing output."""
+    floor is named in the finding of every failing output. Both models run in the runtime that
+    runs the artifact, in its worker (its limits hold; a crash there is a note: a diagnosis never
+    changes the verdict)."""
     from verifiers.quant_layers import diagnose_layers as layer_diagnosis, first_collapse
+    from verifiers.runtimes import isolation, runtime_for
 
-    progress("comparing the int8 artifact's layers with the float model's")
-    diagnosis = layer_diagnosis(quantized, float_model, feeds)
+    step = "comparing the int8 artifact's layers with the float model's"
+    progress(step)
+    try:
+        diagnosis = isolation.call(layer_diagnosis, artifact.path, float_model, feeds, artifact.format.name,
+                                   runtime_for(artifact.format.name, runner.runtime), runtime=runner.runtime,
+                                   step=step, runner=runner)
+    except isolation.RuntimeCrashed as exc:
+        report.notes.append(f"int8 layers: not compared: {exc}")
+        return
     report.quantization["layers"] = [_layer(layer) for layer in diagnosis.layers]
     report.notes.append(f"int8 layers: {diagnosis.summary(limits.min_sqnr_db)}")
     collapse = first_collapse(diagnosis.layers, limits.min_sqnr_db)

@@ -3,19 +3,20 @@ float model's tensor of the same name, and the first layer in graph order that c
 
 The errors accumulate along the graph, so the tensors after a ruined layer inherit its error;
 `first_collapse` names the earliest tensor below the threshold (graph order), which is where the
-loss starts. Formats are found in LAYER_DIAGNOSERS by format name:
+loss starts. Formats are found in LAYER_DIAGNOSERS by format name. Both models run through the
+artifact's runtime (`Runner.run_inspection`: as written, no graph rewrite, no delegate), and
+the whole diagnosis runs in that runtime's worker (exporter.integer), like every other run:
 
-- ONNX (as onnxruntime.quantization.qdq_loss_debug does, with one session per model): every
+- ONNX (as onnxruntime.quantization.qdq_loss_debug does): every
   DequantizeLinear output of the QDQ model, activations and weights, becomes an extra graph
-  output, and so does the float model's tensor it stands for; both run with graph optimizations
-  off, so the QDQ model computes what its Q/DQ nodes say. A DequantizeLinear output stands for the
+  output, and so does the float model's tensor it stands for; both run without graph rewrites,
+  so the QDQ model computes what its Q/DQ nodes say. A DequantizeLinear output stands for the
   first of these names the float model has: its own output, the input of the QuantizeLinear
   feeding it, its own input, then each of those with onnxruntime's suffixes taken off
   (`_QuantizeLinear_Input`, `_DequantizeLinear_Output`, `_quantized`). Without a float model,
   `float_from_qdq` rebuilds one from the QDQ model (Q/DQ pairs on activations removed, weights
   dequantized): weight rounding is then not seen, only activation rounding.
-- TFLite: both interpreters (builtin kernels, no delegate) keep every tensor
-  (experimental_preserve_all_tensors); every int8/uint8/int16 tensor, and every int32 tensor with
+- TFLite: both models keep every tensor; every int8/uint8/int16 tensor, and every int32 tensor with
   quantization parameters (biases), is dequantized with its scale(s) and zero point(s) and
   matched by name with the float model's tensor. The converter mostly keeps names; a quantized
   tensor whose name the float model does not have, or has with another shape (a deduplicated
@@ -123,31 +124,26 @@ def _float_tensors(graph) -> dict[str, str]:
     return kinds
 
 
-def _run_with_outputs(model, names: list[str], feeds: list[dict[str, np.ndarray]]) -> dict[str, list[np.ndarray]]:
-    """One onnxruntime session of `model` with `names` added as graph outputs, run on every feed,
-    graph optimizations off."""
+def _run_with_outputs(runner_class, model, names: list[str], feeds: list[dict[str, np.ndarray]]
+                      ) -> dict[str, list[np.ndarray]]:
+    """`model` with `names` added as graph outputs, run by the runtime as written on every feed."""
     import onnx
-    import onnxruntime as ort
 
     augmented = onnx.ModelProto()
     augmented.CopyFrom(model)
     present = {output.name for output in augmented.graph.output}
     augmented.graph.output.extend(onnx.ValueInfoProto(name=name) for name in names if name not in present)
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.log_severity_level = 3
-    session = ort.InferenceSession(augmented.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    input_names = [value.name for value in session.get_inputs()]
+    content = augmented.SerializeToString()
     values: dict[str, list[np.ndarray]] = {name: [] for name in names}
     for feed in feeds:
-        results = session.run(names, {name: feed[name] for name in input_names})
-        for name, value in zip(names, results):
-            values[name].append(np.asarray(value))
+        results = runner_class.run_inspection(content, feed, names)
+        for name in names:
+            values[name].append(np.asarray(results[name]))
     return values
 
 
-def onnx_layer_errors(quantized_path: Path, float_path: Path | None, feeds: list[dict[str, np.ndarray]]
-                      ) -> LayerDiagnosis:
+def onnx_layer_errors(quantized_path: Path, float_path: Path | None, feeds: list[dict[str, np.ndarray]],
+                      runner_class) -> LayerDiagnosis:
     import onnx
 
     qdq = onnx.load(str(quantized_path))
@@ -162,8 +158,8 @@ def onnx_layer_errors(quantized_path: Path, float_path: Path | None, feeds: list
         elif name not in matched and (float_path is not None or kinds[name] != "initializer"):
             # (a rebuilt model's weights are the quantized ones: nothing to compare)
             matched[name] = (order, output)
-    quantized_values = _run_with_outputs(qdq, [output for _, output in matched.values()], feeds)
-    float_values = _run_with_outputs(reference, list(matched), feeds)
+    quantized_values = _run_with_outputs(runner_class, qdq, [output for _, output in matched.values()], feeds)
+    float_values = _run_with_outputs(runner_class, reference, list(matched), feeds)
     layers = []
     for name, (order, output) in matched.items():
         refs, arts = float_values[name], quantized_values[output]
@@ -252,18 +248,6 @@ def _graph_order(subgraph) -> dict[int, int]:
     return order
 
 
-def _interpreter(path: Path):
-    from ai_edge_litert.interpreter import Interpreter, OpResolverType
-
-    from verifiers.quiet import native_output_captured
-
-    with native_output_captured():
-        interpreter = Interpreter(model_path=str(path), experimental_preserve_all_tensors=True,
-                                  experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
-        interpreter.allocate_tensors()
-    return interpreter
-
-
 def _input_tensors(model) -> list[tuple[str, int]]:
     """(feed name, tensor index) of subgraph 0's inputs: the signature's names when it has one
     (serving_default, else the first key in order), the tensor names otherwise."""
@@ -275,33 +259,26 @@ def _input_tensors(model) -> list[tuple[str, int]]:
     return [(subgraph.tensors[i].name, i) for i in subgraph.inputs if i >= 0]
 
 
-def _run_keeping_tensors(path: Path, model, feeds: list[dict[str, np.ndarray]], wanted: list[int]
+def _run_keeping_tensors(runner_class, path: Path, model, feeds: list[dict[str, np.ndarray]], wanted: list[int]
                          ) -> dict[int, list[np.ndarray]]:
-    """Every `wanted` tensor's value after each feed; integer inputs get float feeds quantized."""
-    interpreter = _interpreter(path)
+    """Every `wanted` tensor's value after each feed, run by the runtime as written; integer
+    inputs get float feeds quantized."""
+    content = path.read_bytes()
     tensors = model.subgraphs[0].tensors
     inputs = _input_tensors(model)
+    keep = [str(index) for index in wanted]
     values: dict[int, list[np.ndarray]] = {index: [] for index in wanted}
     for feed in feeds:
-        resized = False
-        arrays = []
+        by_index = {}
         for position, (name, index) in enumerate(inputs):
             value = feed[name] if name in feed else list(feed.values())[position]
             tensor = tensors[index]
             if tensor.dtype in _INTEGER_TYPES and np.asarray(value).dtype.kind == "f":
                 value = quantize(value, tensor.scale, tensor.zero_point, np.dtype(tensor.dtype))
-            value = np.ascontiguousarray(value)
-            if tuple(interpreter.get_tensor(index).shape) != value.shape:
-                interpreter.resize_tensor_input(index, value.shape)
-                resized = True
-            arrays.append((index, value))
-        if resized:
-            interpreter.allocate_tensors()
-        for index, value in arrays:
-            interpreter.set_tensor(index, value)
-        interpreter.invoke()
+            by_index[str(index)] = np.asarray(value)
+        results = runner_class.run_inspection(content, by_index, keep)
         for index in wanted:
-            values[index].append(np.array(interpreter.get_tensor(index), copy=True))
+            values[index].append(results[str(index)])
     return values
 
 
@@ -338,8 +315,8 @@ def _positional_pairs(q_model, q_graph, f_model, f_graph) -> dict[int, int]:
     return pairs
 
 
-def tflite_layer_errors(quantized_path: Path, float_path: Path | None, feeds: list[dict[str, np.ndarray]]
-                        ) -> LayerDiagnosis:
+def tflite_layer_errors(quantized_path: Path, float_path: Path | None, feeds: list[dict[str, np.ndarray]],
+                        runner_class) -> LayerDiagnosis:
     from verifiers.tflite_model import load_tflite
 
     if float_path is None:
@@ -364,9 +341,10 @@ def tflite_layer_errors(quantized_path: Path, float_path: Path | None, feeds: li
             unmatched += 1
         else:
             pairs.append((index, match))
-    quantized_values = _run_keeping_tensors(quantized_path, quantized, feeds, [q for q, _ in pairs])
+    quantized_values = _run_keeping_tensors(runner_class, quantized_path, quantized, feeds, [q for q, _ in pairs])
     # several quantized tensors may stand for one float tensor (a model input and its QUANTIZE)
-    float_values = _run_keeping_tensors(float_path, reference, feeds, list(dict.fromkeys(f for _, f in pairs)))
+    float_values = _run_keeping_tensors(runner_class, float_path, reference, feeds,
+                                        list(dict.fromkeys(f for _, f in pairs)))
     layers = []
     for q, f in pairs:
         tensor = q_graph.tensors[q]
@@ -377,14 +355,16 @@ def tflite_layer_errors(quantized_path: Path, float_path: Path | None, feeds: li
 
 # ---- by format -----------------------------------------------------------------------------------
 
-LayerDiagnoser = Callable[[Path, Path | None, list[dict[str, np.ndarray]]], LayerDiagnosis]
+LayerDiagnoser = Callable[[Path, Path | None, list[dict[str, np.ndarray]], type], LayerDiagnosis]
 LAYER_DIAGNOSERS: dict[str, LayerDiagnoser] = {"onnx": onnx_layer_errors, "tflite": tflite_layer_errors}
 
 
 def diagnose_layers(quantized_path: str | Path, float_path: str | Path | None,
-                    feeds: list[dict[str, np.ndarray]], format: str | None = None) -> LayerDiagnosis:
+                    feeds: list[dict[str, np.ndarray]], format: str | None = None,
+                    runner_class: type | None = None) -> LayerDiagnosis:
     """Per-tensor SQNR of a quantized model against its float model (`format`: a LAYER_DIAGNOSERS
-    key, by default the file's suffix); float_path None is allowed for ONNX (float_from_qdq)."""
+    key, by default the file's suffix), both run by `runner_class` (verifiers.runtimes; by default
+    the format's runtime); float_path None is allowed for ONNX (float_from_qdq)."""
     quantized_path = Path(quantized_path)
     format = format or quantized_path.suffix.lstrip(".").lower()
     diagnoser = LAYER_DIAGNOSERS.get(format)
@@ -393,7 +373,11 @@ def diagnose_layers(quantized_path: str | Path, float_path: str | Path | None,
                        f"(known: {', '.join(sorted(LAYER_DIAGNOSERS))})")
     if not feeds:
         raise BadInput(f"{quantized_path}: per-layer diagnosis needs at least one feed")
-    return diagnoser(quantized_path, None if float_path is None else Path(float_path), feeds)
+    if runner_class is None:
+        from verifiers.runtimes import runtime_for
+
+        runner_class = runtime_for(format)
+    return diagnoser(quantized_path, None if float_path is None else Path(float_path), feeds, runner_class)
 
 
 def layer_errors(quantized_path: str | Path, float_path: str | Path | None, feeds: list[dict[str, np.ndarray]],

@@ -99,6 +99,18 @@ def test_a_ruined_tflite_scale_fails_and_is_named_first(tmp_path):
         layer["sqnr_db"] for layer in layers if layer["sqnr_db"] is not None)  # worst first
 
 
+def test_the_layer_diagnosis_runs_the_artifact_in_the_runtime_worker(cli, tmp_path):
+    """The exportgate process cannot import the TFLite interpreter here: only its runtime worker,
+    a fresh interpreter, runs the two models whose layers are compared."""
+    content = _tflite_int8("int8")
+    ruined = op_tensor(content, "FULLY_CONNECTED", "weight")
+    (tmp_path / "ruined.tflite").write_bytes(scale_tflite_tensor(content, ruined, 20.0))
+    result = cli("verify", "ruined.tflite", "--source", f"{MODELS}:keras_mlp", "--report", "r.json", "--quiet",
+                 prelude="import sys; sys.modules['ai_edge_litert.interpreter'] = None")
+    assert result.returncode == 1, result.stderr
+    assert json.loads((tmp_path / "r.json").read_text())["quantization"]["first_collapse"]["tensor"] == ruined
+
+
 def test_a_qdq_model_from_quantize_static_is_judged_by_sqnr_and_a_ruined_weight_scale_named(tmp_path):
     import onnx
 
