@@ -28,7 +28,7 @@ from exporter.model_tasks import TASKS
 from exporter import integer, localization
 from exporter.routes import ExportRequest, Route, check_request, route_for, route_with_past
 from exporter.sources import InputSpec, Source, make_batches, name_symbols, parse_dynamic_axis, parse_input_spec
-from exporter.sources import specs_of_tensors, stated_length_limit
+from exporter.sources import feeds_record, specs_of_tensors, stated_length_limit
 from exporter.staging import Staging, out_lock, remove_artifact, sweep_abandoned
 from exporter.target_fit import fit_ir_version
 from verifiers.compare import Tolerances
@@ -300,6 +300,7 @@ def _load_source(run: Exported) -> None:
                            f"(0 to {ranks[axis.input] - 1})")
     run.feeds = make_batches(run.source, run.seed, run.batches)
     run.report.example_batch = run.source.example is not None
+    run.report.feeds = feeds_record(run.source, run.feeds, run.seed)
     run.axes = name_symbols([*_declared_dynamic(run), *run.axes], run.feeds[0])
     if run.quantize == "int8":
         run.calibration_feeds, calibration = integer.calibration_feeds(run.source, run.calibration, run.seed,
@@ -353,6 +354,7 @@ def _record_source(run: Checked) -> None:
     was built from (hashed beside the rest of the run)."""
     run.report.model_type = run.source.facts.get("model_type")
     run.report.task = run.source.facts.get("task")
+    run.report.notes.extend(run.source.notes)
     _hash_source_files(run)
 
 
@@ -613,6 +615,7 @@ def _verified_source(run: Verified) -> None:
     _record_source(run)
     run.feeds = make_batches(run.source, run.seed, run.batches)
     run.report.example_batch = run.source.example is not None
+    run.report.feeds = feeds_record(run.source, run.feeds, run.seed)
     run.axes = artifact_axes(run.runner.inputs)
 
 

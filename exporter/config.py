@@ -73,6 +73,8 @@ _OPTIONS = {
     "seed": ("an integer", lambda v: v if isinstance(v, int) and not isinstance(v, bool) else None),
     "batches": ("a non-negative integer",
                 lambda v: v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None),
+    "verify": ("true or false", lambda v: v if isinstance(v, bool) else None),
+    "localize": ("true or false", lambda v: v if isinstance(v, bool) else None),
     "gelu_guard": ("true or false", lambda v: v if isinstance(v, bool) else None),
     "allow_nonfinite": ("true or false", lambda v: v if isinstance(v, bool) else None),
     "trust_source": ("true or false", lambda v: v if isinstance(v, bool) else None),

@@ -271,8 +271,11 @@ def export_arguments(job: Job, out: Path, report: Path, limits: dict) -> list[st
     for key, flag in (("dynamic", "--dynamic"), ("inputs", "--input"), ("atol", "--atol"), ("rtol", "--rtol")):
         for value in options.get(key, []):
             args += [flag, value]
-    if options.get("gelu_guard") is False:
-        args.append("--no-gelu-guard")
+    for key, flag in (("verify", "--no-verify"), ("gelu_guard", "--no-gelu-guard")):
+        if options.get(key) is False:
+            args.append(flag)
+    if "localize" in options:
+        args.append("--localize" if options["localize"] else "--no-localize")
     for key, flag in (("allow_nonfinite", "--allow-nonfinite"), ("allow_float_ops", "--allow-float-ops"),
                       ("trust_source", "--trust-source")):
         if options.get(key):

@@ -21,6 +21,7 @@ from verifiers.sizes import (
     default_sizes,
     is_padding_mask,
     padding_mask,
+    values_like,
 )
 
 SUPPORTED_DTYPES = {
@@ -60,6 +61,7 @@ class Source:
     facts: dict[str, str] = field(default_factory=dict)  # a model folder's model_type and task (report fields)
     configured: Declared | None = None  # the activations its config declares (a model folder)
     beside: list[Path] = field(default_factory=list)  # published beside the artifact (a model folder's tokenizer)
+    example_origin: str = "the source's example inputs"  # what report.feeds says of the example batch
 
     @property
     def input_names(self) -> list[str]:
@@ -180,6 +182,63 @@ def name_symbols(axes: list[DynamicAxis], feed: dict[str, np.ndarray]) -> list[D
     return named
 
 
+def apply_input_specs(source: Source, given: list[InputSpec], dynamic: list[DynamicAxis]) -> None:
+    """--input on a loaded source: each given input takes its shape, type and range, and fixes the
+    dynamic symbols along its axes (`dynamic`: every axis the model declares dynamic), so the other
+    inputs sharing a symbol are resized with it and no axis of a fixed symbol stays dynamic. A
+    source that brings example inputs gets them made anew at those sizes (seeded: given inputs in
+    their range, the others like the example's values) and a note says so; none is dropped."""
+    if not given:
+        source.dynamic = dynamic
+        return
+    by_name = {spec.name: spec for spec in source.inputs}
+    named = {spec.name: spec for spec in given}
+    unknown = [name for name in named if name not in by_name]
+    if unknown:
+        raise BadInput(f"--input {unknown[0]}: no input of that name in {source.spec} "
+                       f"(inputs: {', '.join(by_name)})")
+    example = source.example
+    for spec in given:
+        if example is not None and spec.name in example:
+            expected = example[spec.name]
+            if spec.dtype != expected.dtype.name:
+                raise BadInput(f"--input {spec.describe()}: {source.spec} takes {spec.name} as "
+                               f"{expected.dtype.name}; give --input {spec.name}:...:{expected.dtype.name}")
+            if len(spec.shape) != expected.ndim:
+                raise BadInput(f"--input {spec.describe()}: {spec.name} has {expected.ndim} axes "
+                               f"({'x'.join(map(str, expected.shape))} in the example); give a shape of that rank")
+    fixed: dict[str, tuple[int, str]] = {}  # symbol -> (size, the input that fixed it)
+    for axis in dynamic:
+        spec = named.get(axis.input)
+        if spec is None or axis.axis >= len(spec.shape):
+            continue
+        size = spec.shape[axis.axis]
+        before = fixed.setdefault(axis.symbol, (size, spec.name))
+        if before[0] != size:
+            raise BadInput(f"--input {spec.describe()}: {axis.input} axis {axis.axis} ({axis.symbol}) is {size}, but "
+                           f"--input {before[1]} makes {axis.symbol} {before[0]}; give one size for it")
+    resized = {(a.input, a.axis): fixed[a.symbol][0] for a in dynamic if a.symbol in fixed}
+    inputs = []
+    for spec in source.inputs:
+        if spec.name in named:
+            inputs.append(named[spec.name])
+        else:
+            shape = tuple(resized.get((spec.name, k), d) for k, d in enumerate(spec.shape))
+            inputs.append(InputSpec(spec.name, shape, spec.dtype, spec.low, spec.high))
+    source.inputs = inputs
+    source.dynamic = [a for a in dynamic if a.symbol not in fixed and a.input not in named]
+    if example is not None:
+        rng = np.random.default_rng(0)
+        source.example = {
+            spec.name: (random_array(spec, rng, None) if spec.name in named and spec.low is not None
+                        else values_like(example[spec.name], spec.shape, rng)
+                        if spec.name in named or spec.shape != example[spec.name].shape else example[spec.name])
+            for spec in inputs}
+        sizes = ", ".join(f"{spec.name} {'x'.join(map(str, spec.shape)) or 'scalar'}" for spec in inputs)
+        source.example_origin = "the source's example inputs made anew at the --input sizes (seed 0)"
+        source.notes.append(f"--input: the example inputs were made anew (seeded) at the sizes given: {sizes}")
+
+
 def stated_length_limit(model: Any) -> int | None:
     """The longest sequence a model says it takes, if it says so: a transformers config's
     max_position_embeddings (n_positions for GPT-2), keras-hub's max_sequence_length."""
@@ -217,6 +276,23 @@ def make_batches(source: Source, seed: int, count: int) -> list[dict[str, np.nda
         raise BadInput("--batches 0 and the model has no example inputs: nothing to run it on "
                        "(give --batches 1 or more)")
     return batches
+
+
+def feeds_record(source: Source, feeds: list[dict[str, np.ndarray]], seed: int) -> list[dict[str, Any]]:
+    """What each batch of make_batches fed (report.feeds): where it came from, and each input's
+    shape, type and range of values."""
+    records = []
+    for k, feed in enumerate(feeds):
+        example = source.example is not None and k == 0
+        records.append({
+            "batch": k,
+            "origin": source.example_origin if example else f"seeded random (seed {seed})",
+            "inputs": {name: {"shape": list(array.shape), "dtype": array.dtype.name,
+                              "min": array.min().item() if array.size else None,
+                              "max": array.max().item() if array.size else None}
+                       for name, array in feed.items()},
+        })
+    return records
 
 
 def random_array(spec: InputSpec, rng: np.random.Generator, example: dict | None) -> np.ndarray:

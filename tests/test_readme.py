@@ -19,3 +19,13 @@ def test_readme_starts_with_the_demo_and_the_test_command():
 def test_ci_runs_the_readme_test_command():
     ci = (REPO / ".ci" / "run").read_text()
     assert _commands()[1] in ci
+
+
+def test_the_readme_lists_every_job_option():
+    import re
+
+    from exporter.config import _OPTIONS
+
+    text = " ".join((REPO / "README.md").read_text().split())
+    listed = re.search(r"A job's options are `export`'s \(([^)]*)\)", text)
+    assert listed and set(re.findall(r"`(\w+)`", listed.group(1))) == set(_OPTIONS)

@@ -194,6 +194,9 @@ class Report:
     seed: int | None = None
     batches: int | None = None  # random batches
     example_batch: bool = False  # whether the source's example inputs ran too
+    # What each batch fed: [{"batch", "origin" (the source's example inputs, or seeded random with
+    # its seed), "inputs": {name: {"shape", "dtype", "min", "max"}}}].
+    feeds: list[dict[str, Any]] = field(default_factory=list)
     rejected_artifact: str | None = None
     # Files published beside the artifact: a model folder's tokenizer and preprocessor files, by name.
     published_beside: list[str] = field(default_factory=list)

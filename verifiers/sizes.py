@@ -194,7 +194,7 @@ def sized_feed(feed: dict[str, np.ndarray], plan: SymbolSizes, size: int, seed: 
         shape = list(array.shape)
         for k, n in axes.items():
             shape[k] = n
-        resized[name] = _values_like(array, tuple(shape), rng)
+        resized[name] = values_like(array, tuple(shape), rng)
     return resized
 
 
@@ -220,7 +220,9 @@ def padding_mask(shape: tuple[int, ...], dtype, rng: np.random.Generator) -> np.
     return (np.arange(shape[-1]) < lengths[..., None]).astype(dtype)
 
 
-def _values_like(array: np.ndarray, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+def values_like(array: np.ndarray, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    """Seeded values of `shape` like `array`'s: integers and booleans from the values it holds, a
+    padding mask stays one, floats with its mean and spread."""
     import numpy as np
 
     if array.size == 0:

@@ -17,7 +17,7 @@ from typing import Any, Callable
 import numpy as np
 
 from exporter.source_files import recording
-from exporter.sources import InputSpec, Source
+from exporter.sources import InputSpec, Source, apply_input_specs
 from verifiers.errors import BadInput, MissingFramework, one_line
 from verifiers.registry import LazyRegistry
 
@@ -136,6 +136,7 @@ def load_source(
                 raise BadInput(f"{spec}: {framework.load_runs_code}; pass --trust-source to load a file you trust")
             model, example = framework.load_file(path), None
     source = framework.make_source(spec, model, example, input_specs, default_inputs or list)
+    apply_input_specs(source, input_specs, source.dynamic)
     # The spec file always: a module loaded before in this process may be re-run from its bytecode.
     source.files = sorted({*files, spec_file.resolve()})
     return source
@@ -154,14 +155,12 @@ def _load_folder(spec: str, input_specs: list[InputSpec], default_inputs, trust_
     with recording() as files:
         model, example, dynamic = load_folder(folder, trust_source)
     if all(name.isidentifier() for name in example):
-        source = framework.make_source(spec, model, example, input_specs, default_inputs)
+        source = framework.make_source(spec, model, example, [], default_inputs)
     else:  # called positionally (a past input's name is no Python name); the inputs keep their names
         source = framework.make_source(spec, model, tuple(example.values()), [], default_inputs)
-        given = {s.name: s for s in input_specs}
-        source.inputs = [given.get(name, dataclasses.replace(s, name=name)) for s, name in zip(source.inputs, example)]
+        source.inputs = [dataclasses.replace(s, name=name) for s, name in zip(source.inputs, example)]
         source.example = dict(example)
-    given = {s.name for s in input_specs}
-    source.dynamic = [axis for axis in dynamic if axis.input not in given]
+    apply_input_specs(source, input_specs, dynamic)
     source.files = sorted({*files, *(f.resolve() for f in folder.files)})
     source.facts = {"model_type": folder.model_type, "task": folder.task.name}
     source.configured = declared_by(folder.config)

@@ -61,12 +61,11 @@ class KerasFramework(Framework):
         except (AttributeError, ValueError):
             shapes, dtypes = {}, {}  # an unbuilt Sequential model: its inputs come from the example or --input
         # None dimensions are dynamic: exported as dynamic and verified at several sizes, unless
-        # --input fixes the input's shape. Those nothing gives a size get distinct ones from 2 up.
-        given = {s.name: s for s in input_specs}
-        unknown = [DynamicAxis(name, k, symbol_of(None, k)) for name, shape in shapes.items()
+        # --input fixes the input's shape (exporter.sources.apply_input_specs). Those nothing gives
+        # a size get distinct ones from 2 up.
+        dynamic = [DynamicAxis(name, k, symbol_of(None, k)) for name, shape in shapes.items()
                    for k, d in enumerate(shape) if d is None]
-        dynamic = [a for a in unknown if a.input not in given]
-        sizes = default_sizes([a.symbol for a in unknown])
+        sizes = default_sizes([a.symbol for a in dynamic])
         declared = [InputSpec(name, tuple(sizes[symbol_of(None, k)] if d is None else int(d)
                                           for k, d in enumerate(shape)), dtypes[name])
                     for name, shape in shapes.items()]
@@ -82,14 +81,8 @@ class KerasFramework(Framework):
                 names = [f"input_{i}" for i in range(len(values))]
             arrays = {name: np.asarray(value) for name, value in zip(names, values)}
             declared = [InputSpec(n, tuple(a.shape), a.dtype.name) for n, a in arrays.items()]
-        if declared:
-            unknown = set(given) - {s.name for s in declared}
-            if unknown:
-                raise BadInput(
-                    f"--input names {sorted(unknown)} are not inputs of {spec} "
-                    f"({', '.join(s.name for s in declared)})"
-                )
-            inputs = [given.get(s.name, s) for s in declared]
+        if declared:  # --input specs apply to them afterwards
+            inputs = declared
         elif input_specs or (fallback := default_inputs()):
             inputs = list(input_specs or fallback)
         else:

@@ -53,14 +53,8 @@ class TorchFramework(Framework):
                     f"{spec}: the PyTorch model comes without example inputs; return "
                     "(model, example_inputs) from the callable or pass --input NAME:SHAPE:DTYPE"
                 )
-        if arrays is not None:
-            given = {s.name: s for s in input_specs}
-            unknown = set(given) - set(arrays)
-            if unknown:
-                raise BadInput(f"--input names {sorted(unknown)} are not inputs of {spec} ({', '.join(arrays)})")
-            input_specs = [
-                given.get(name, InputSpec(name, tuple(a.shape), a.dtype.name)) for name, a in arrays.items()
-            ]
+        if arrays is not None:  # --input specs apply to them afterwards (exporter.sources.apply_input_specs)
+            input_specs = [InputSpec(name, tuple(a.shape), a.dtype.name) for name, a in arrays.items()]
         return Source(spec, self, model, list(input_specs), arrays, by_keyword=by_keyword)
 
     def run(self, source, feed):

@@ -15,6 +15,7 @@ import torch
 
 from exporter.frameworks import load_source
 from exporter.model_folders import read_folder
+from exporter.sources import parse_input_spec
 from fixtures.models.hf_folders import FOLDERS, save_folder
 from verifiers.errors import BadInput, Incompatible
 from verifiers.report import EXIT_CODES
@@ -170,3 +171,26 @@ def test_tokenizer_files_are_found_and_links_are_not(bert, tmp_path):
     (tmp_path / "secret").write_text("not the model's")
     (bert / "vocab.txt").symlink_to(tmp_path / "secret")
     assert [p.name for p in read_folder(bert, None, trust=False).processing] == ["tokenizer.json"]
+
+
+def test_input_sizes_given_for_a_folder_are_the_sizes_fed(saved, tmp_path):
+    """--input on a source that brings example inputs is honoured, never dropped: the given input
+    takes its shape and range, the inputs sharing its symbols follow, and the report says what ran."""
+    from exporter import api
+
+    folder = str(saved["bert-text-classification"])
+    exported = tmp_path / "bert.onnx"
+    assert api.export(folder, to="onnx", opset=17, out=exported).exit_code == 0
+    report = api.verify(exported, source=folder, inputs=["input_ids:4x24:int64:5..50"], batches=1)
+    assert report.exit_code == 0, report.summary_lines()
+    for batch in report.feeds:
+        fed = batch["inputs"]
+        assert {name: value["shape"] for name, value in fed.items()} == {
+            "input_ids": [4, 24], "attention_mask": [4, 24], "token_type_ids": [4, 24]}
+        assert 5 <= fed["input_ids"]["min"] and fed["input_ids"]["max"] < 50
+    assert [batch["origin"] for batch in report.feeds] == [
+        "the source's example inputs made anew at the --input sizes (seed 0)", "seeded random (seed 0)"]
+    with pytest.raises(BadInput, match="takes input_ids as int64"):
+        load_source(folder, [parse_input_spec("input_ids:4x24:int32")])
+    with pytest.raises(BadInput, match="makes sequence_length 24"):
+        load_source(folder, [parse_input_spec("input_ids:4x24:int64"), parse_input_spec("attention_mask:4x9:int64")])

@@ -429,3 +429,43 @@ opset = 17
     (tmp_path / "pyproject.toml").write_text("[project]\nname = 'no-pipeline'\n")
     with pytest.raises(BadInput, match="no exportgate.toml here"):
         runs.plan()
+
+
+
+# Options of `export` that are not a job's: where its files go (the run decides), how it prints,
+# and the run's own limits and target matrix (run options and the config's top-level `matrix`).
+_NOT_JOB_OPTIONS = {"model", "out", "report", "junit", "html", "summary", "quiet", "as_json", "timeout",
+                    "memory_limit", "matrix"}
+
+
+def test_a_job_can_set_every_option_export_takes(tmp_path):
+    """Each option of the export command has its config field, and a job setting it hands it on
+    to the export the job runs."""
+    import typer.main
+
+    from exporter.cli import app
+    from exporter.config import load_config
+    from exporter.jobs import export_arguments
+
+    command = typer.main.get_command(app).commands["export"]
+    params = {param.name.removeprefix("no_"): param for param in command.params if param.name not in _NOT_JOB_OPTIONS}
+    values = {"to": '"onnx"', "opset": "17", "exporter": '"torchscript"', "quantize": '"int8"', "io": '"float"',
+              "calibration": '"data.npz"', "target": '"ort-1.16"', "gelu": '"preserve"', "inputs": '["x:2x4:float32"]',
+              "dynamic": '["x:0"]', "atol": '["1e-3"]', "rtol": '["1e-2"]', "seed": "3", "batches": "2",
+              "min_sqnr": "25", "min_top1": "0.9", "task": '"text-classification"'}
+    switches = {"verify": False, "gelu_guard": False, "allow_float_ops": True, "allow_nonfinite": True,
+                "localize": True, "trust_source": True}
+    assert set(params) == set(values) | set(switches)  # a new export option: a config field, and a line here
+    (tmp_path / "data.npz").write_bytes(b"")
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "folder" / "config.json").write_text("{}")
+    fields = [f"{name} = {value}" for name, value in values.items()]
+    fields += [f"{name} = {str(value).lower()}" for name, value in switches.items()]
+    (tmp_path / "exportgate.toml").write_text('[models.m]\nspec = "folder"\n\n[artifacts.a]\n' + "\n".join(fields))
+
+    (job,) = load_config(tmp_path / "exportgate.toml").jobs
+    args = export_arguments(job, tmp_path / "out.onnx", tmp_path / "report.json", {})
+    for name, param in params.items():
+        flag = param.opts[0] if switches.get(name, True) else param.secondary_opts[0] if param.secondary_opts else \
+            param.opts[0]
+        assert flag in args, (name, flag, args)
