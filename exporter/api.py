@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from exporter.digests import Digests, sha256
-from exporter.frameworks import load_source
+from exporter.frameworks import framework_named_by, load_source
 from exporter.gelu_policy import PolicyOutcome, apply_gelu_policy, check_gelu_policy
 from exporter.generation import (
     DECODE_STEPS,
@@ -26,7 +26,7 @@ from exporter.generation import (
 )
 from exporter.model_tasks import TASKS
 from exporter import integer, localization
-from exporter.routes import ExportRequest, Route, check_request, route_for, route_with_past
+from exporter.routes import ExportRequest, Route, check_opset, check_request, route_for, route_with_past
 from exporter.sources import InputSpec, Source, make_batches, name_symbols, parse_dynamic_axis, parse_input_spec
 from exporter.sources import feeds_record, specs_of_tensors, stated_length_limit
 from exporter.staging import Staging, out_lock, remove_artifact, sweep_abandoned
@@ -109,6 +109,7 @@ def _check_generation(run: Checked) -> None:
         check_generation_by_rows(run.report, run.generation, run.tolerances, lambda rows: isolation.call(
             teacher_forced_logits, str(run.artifact.path), rows, runtime=run.runner.runtime,
             step="generating with the artifact", runner=run.runner))
+        run.report.verified = True
     else:
         check_generation(run.report, run.runner, run.generation, run.tolerances)
 
@@ -159,6 +160,7 @@ def _load_artifact(run: Checked) -> None:
 
 def _compare(run: Checked) -> None:
     run.comparison = compare(run.report, run.runner, run.feeds, run.reference, run.tolerances, run.progress)
+    run.report.verified = True
 
 
 def _compare_at_sizes(run: Checked) -> None:
@@ -267,8 +269,8 @@ def _export_options(run: Exported) -> None:
     """Every option is checked before the model loads and before --out is touched."""
     run.tolerances = Tolerances.parse(list(run.atol), list(run.rtol))
     run.tolerances.allow_nonfinite = run.allow_nonfinite
-    _check_opset(run.opset)
     check_request(run.to, run.exporter, run.quantize)
+    check_opset(run.to, run.opset, framework_named_by(run.model))
     integer.check_integer_options(run.quantize, run.io, run.calibration, run.allow_float_ops)
     check_gelu_policy(run.gelu)
     run.input_specs = [parse_input_spec(s) for s in run.inputs]
@@ -289,6 +291,7 @@ def _load_source(run: Exported) -> None:
     _record_source(run)
     _check_beside(run)
     run.route = route_for(run.source.framework.name, run.to, run.exporter, run.quantize)
+    check_opset(run.to, run.opset, run.route.framework)
     _check_task_route(run)
     ranks = {spec.name: len(spec.shape) for spec in run.source.inputs}
     for axis in run.axes:
@@ -308,6 +311,8 @@ def _load_source(run: Exported) -> None:
         run.report.quantization["calibration"] = calibration
         if calibration["random"]:
             run.report.notes.append(integer.random_calibration_note(calibration))
+        if "cast" in calibration:
+            run.report.notes.append(integer.cast_calibration_note(calibration))
 
 
 def _declared_dynamic(run: Exported) -> list[DynamicAxis]:
@@ -545,7 +550,7 @@ def export(
     """Export MODEL to `to` at `opset` (or for `target`, with GELU in the form it runs under the
     `gelu` policy), check it against the target, verify it, and publish it at `out` only if all pass."""
     report = Report(command="export", model=model, format=to, requested_opset=opset, seed=seed,
-                    batches=batches, verified=verify, quantize=quantize)
+                    batches=batches, quantize=quantize)
     run = Exported(report, progress, model=model, to=to, out=Path(out), opset=opset, exporter=exporter,
                    quantize=quantize, io=io, calibration=calibration, allow_float_ops=allow_float_ops,
                    target_name=target, gelu=gelu, matrix=matrix, inputs=inputs, dynamic=dynamic,
@@ -796,10 +801,3 @@ def _reports(report_path: str | Path | None, reports: Mapping[str, str | Path] |
     if report_path is not None:
         paths["json"] = Path(report_path)
     return paths
-
-
-def _check_opset(opset: int | None) -> None:
-    if opset is not None and opset < 1:
-        raise BadInput(f"--opset {opset}: must be a positive opset number")
-
-

@@ -27,13 +27,14 @@ from pathlib import Path
 import numpy as np
 
 from exporter.sources import InputSpec
-from verifiers.errors import BadInput, one_line
+from verifiers.errors import BadInput, one_line, raised
 
 
-def load_calibration(spec: str, specs: list[InputSpec],
-                     dynamic: Iterable[tuple[str, int]] = ()) -> list[dict[str, np.ndarray]]:
+def load_calibration(spec: str, specs: list[InputSpec], dynamic: Iterable[tuple[str, int]] = (),
+                     casts: dict[str, str] | None = None) -> list[dict[str, np.ndarray]]:
     """The feeds `spec` holds, each checked against `specs` (cast to the inputs' dtypes within
-    a kind); `dynamic`: (input, axis) pairs whose size may differ from the spec's."""
+    a kind, each cast recorded in `casts` as {input: "float64 -> float32"}); `dynamic`: (input,
+    axis) pairs whose size may differ from the spec's."""
     path_text, sep, attr = spec.rpartition(":")
     if sep and path_text.endswith(".py"):
         where = Path(path_text)
@@ -51,7 +52,12 @@ def load_calibration(spec: str, specs: list[InputSpec],
     if not feeds:
         raise BadInput(f"--calibration {spec}: no calibration batches in it")
     flexible = set(dynamic)
-    return [_checked(feed, specs, flexible, origin) for feed, origin in feeds]
+    checked = [_checked(feed, specs, flexible, origin) for feed, origin in feeds]
+    if casts is not None:
+        casts.update({name: f"{feed[name].dtype.name} -> {checked_feed[name].dtype.name}"
+                      for (feed, _), checked_feed in zip(feeds, checked) for name in checked_feed
+                      if np.asarray(feed[name]).dtype != checked_feed[name].dtype})
+    return checked
 
 
 def _read_npz(path: Path) -> dict[str, np.ndarray]:
@@ -122,7 +128,7 @@ def _from_callable(path: Path, attr: str) -> list[dict]:
     try:
         feeds = list(function())
     except Exception as exc:
-        raise BadInput(f"--calibration {path}:{attr}() raised {one_line(exc)}") from exc
+        raise BadInput(f"--calibration {path}:{attr}() raised {raised(exc)}") from exc
     for i, feed in enumerate(feeds):
         if not isinstance(feed, dict):
             raise BadInput(f"--calibration {path}:{attr}: item {i} is a {type(feed).__name__}, "

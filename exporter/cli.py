@@ -169,6 +169,9 @@ def _reports(json_path: Path | None, junit_path: Path | None, html_path: Path | 
 def _finish(report, as_json: bool = False) -> None:
     if as_json:
         typer.echo(json.dumps(report.to_dict(), indent=2, default=str))
+    for finding in report.failures:  # EXPORTGATE_DEBUG=1
+        if "traceback" in finding.data:
+            typer.echo(finding.data["traceback"], err=True)
     for line in report.summary_lines():
         typer.echo(line, err=True)
     _tell_ci([(job_name(report), report)])
@@ -580,6 +583,10 @@ def main() -> None:
     except ExportgateError as exc:
         from verifiers.report import EXIT_CODES
 
+        if os.environ.get("EXPORTGATE_DEBUG"):
+            import traceback
+
+            traceback.print_exception(exc)
         typer.echo(f"exportgate: error: {exc}", err=True)
         sys.exit(EXIT_CODES.get(exc.kind, 2))
     except Exception as exc:  # the last guard: one line, and the traceback only on request

@@ -47,10 +47,17 @@ def calibration_feeds(source: Source, spec: str | None, seed: int, axes=()) -> t
     if spec is not None:
         from exporter.calibration import load_calibration
 
-        feeds = load_calibration(spec, source.inputs, dynamic={(a.input, a.axis) for a in axes})
-        return feeds, {"source": spec, "batches": len(feeds), "random": False}
+        casts: dict[str, str] = {}
+        feeds = load_calibration(spec, source.inputs, dynamic={(a.input, a.axis) for a in axes}, casts=casts)
+        return feeds, {"source": spec, "batches": len(feeds), "random": False, **({"cast": casts} if casts else {})}
     feeds = make_batches(source, seed + 1, CALIBRATION_BATCHES)
     return feeds, {"source": f"random (seed {seed + 1})", "batches": len(feeds), "random": True}
+
+
+def cast_calibration_note(calibration: dict) -> str:
+    casts = ", ".join(f"{name} {cast}" for name, cast in calibration["cast"].items())
+    return (f"--calibration {calibration['source']}: cast to the model's input types ({casts}); values the "
+            "narrower type cannot hold are rounded or lost (give data of the model's types)")
 
 
 def random_calibration_note(calibration: dict) -> str:

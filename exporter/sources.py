@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from verifiers.errors import BadInput, ExportgateError, one_line
+from verifiers.errors import BadInput, ExportgateError, one_line, raised
 from verifiers.gelu.configured import Declared
 from verifiers.sizes import (
     DynamicAxis,
@@ -81,7 +81,7 @@ class Source:
         except BadInput:
             raise
         except Exception as exc:
-            raise BadInput(f"the source model failed on its inputs: {one_line(exc)}") from exc
+            raise BadInput(f"the source model failed on its inputs: {raised(exc)}") from exc
 
     def activation_sites(self, feed: dict[str, np.ndarray]) -> list | str:
         """The source's GELU and ReLU sites (verifiers.gelu Site records) read as its framework runs

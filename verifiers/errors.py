@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import sys
+import sysconfig
+import traceback
+from pathlib import Path
+
 
 class ExportgateError(Exception):
     """A failure with a finding kind ("input", "opset", "target", "numeric", "gelu")."""
@@ -57,3 +63,42 @@ def one_line(exc: BaseException) -> str:
     """`Type: first line of the message`, for one-line error reports."""
     lines = [line for line in str(exc).strip().splitlines() if line.strip()]
     return f"{type(exc).__name__}: {lines[0].strip()}" if lines else type(exc).__name__
+
+
+def _library_folders() -> tuple[str, ...]:
+    """Where code that is not the user's lives: the standard library, installed packages, and
+    exportgate's own packages."""
+    paths = sysconfig.get_paths()
+    here = Path(__file__).resolve().parent.parent
+    folders = {paths.get(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")}
+    folders |= {str(here / "exporter"), str(here / "verifiers"), sys.prefix, sys.base_prefix}
+    return tuple(str(Path(folder).resolve()) + os.sep for folder in folders if folder)
+
+
+def user_frame(exc: BaseException) -> str | None:
+    """`file:line` of the innermost frame of `exc`'s traceback in the user's own files (neither
+    the standard library, an installed package nor exportgate), the path relative to the working
+    directory when it is under it; None when no frame is the user's."""
+    libraries = _library_folders()
+    found = None
+    for frame in traceback.extract_tb(exc.__traceback__):
+        path = Path(frame.filename)
+        if not path.is_absolute() or not path.is_file():  # <string>, frozen modules
+            continue
+        resolved = str(path.resolve())
+        if not resolved.startswith(libraries):
+            found = (path.resolve(), frame.lineno)
+    if found is None:
+        return None
+    path, line = found
+    try:
+        path = path.relative_to(Path.cwd().resolve())
+    except ValueError:
+        pass
+    return f"{path}:{line}"
+
+
+def raised(exc: BaseException) -> str:
+    """one_line(exc), and where the user's code raised it (user_frame) when it did."""
+    where = user_frame(exc)
+    return one_line(exc) + (f" (at {where})" if where else "")

@@ -158,7 +158,7 @@ class Report:
     target: str | None = None
     target_checks: list[dict[str, Any]] = field(default_factory=list)  # incompatibilities with the target
     min_runtime_version: str | None = None  # TFLite artifacts
-    verified: bool = True
+    verified: bool = False  # the artifact ran against the source (its outputs compared, or an LLM's generation)
     outputs: list[OutputResult] = field(default_factory=list)
     # The same comparison for the runtime's other ways of running the artifact (LiteRT without XNNPACK).
     variant_outputs: dict[str, list[OutputResult]] = field(default_factory=dict)
@@ -300,7 +300,7 @@ class Report:
         if detail:
             head += f" ({', '.join(detail)})"
         lines = [head]
-        if not self.verified:
+        if self.command == "export" and not self.verified and not self.failures:
             lines.append("  not verified (--no-verify)")
         passed = [o for o in self.outputs if o.passed]
         if passed and not self.failures:

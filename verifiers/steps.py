@@ -2,7 +2,8 @@
 
 `run_steps` runs them in order, each announced on the progress callback and timed into the
 report under its name, and guarantees that every way out leaves a report whose verdict and exit
-code are the run's own: an ExportgateError becomes its finding and ends the run; an interrupt
+code are the run's own: an ExportgateError becomes its finding and ends the run (with
+EXPORTGATE_DEBUG set, its traceback in the finding's data); an interrupt
 (SIGINT, SIGTERM) or an unforeseen error becomes a finding too and is raised again. Then the
 clean-ups the steps pushed on `state.cleanups` run (they see the findings), and last the report
 is written by every writer asked for (verifiers.writers).
@@ -11,6 +12,8 @@ is written by every writer asked for (verifiers.writers).
 from __future__ import annotations
 
 import contextlib
+import os
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,7 +68,9 @@ def run_steps(report: Report, steps: Sequence[Step], state: Any, progress: Progr
                     with report.timed(step.name) if step.timed else contextlib.nullcontext():
                         step.run(state)
             except ExportgateError as exc:
-                report.fail(exc.kind, str(exc))
+                finding = report.fail(exc.kind, str(exc))
+                if os.environ.get("EXPORTGATE_DEBUG"):  # the CLI prints it
+                    finding.data["traceback"] = "".join(traceback.format_exception(exc))
             except KeyboardInterrupt:
                 report.fail("interrupted", "interrupted (SIGINT): nothing was published")
                 raise

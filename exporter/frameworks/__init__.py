@@ -18,7 +18,7 @@ import numpy as np
 
 from exporter.source_files import recording
 from exporter.sources import InputSpec, Source, apply_input_specs
-from verifiers.errors import BadInput, MissingFramework, one_line
+from verifiers.errors import BadInput, MissingFramework, one_line, raised
 from verifiers.registry import LazyRegistry
 
 
@@ -97,6 +97,19 @@ def framework_for_file(path: Path) -> Framework:
             return framework
     known = sorted(s for f in FRAMEWORKS.values() for s in f.suffixes)
     raise BadInput(f"{path}: unknown model file type (expected file.py:callable or one of {', '.join(known)})")
+
+
+def framework_named_by(spec: str) -> str | None:
+    """The framework a MODEL spec names before anything loads: a transformers model folder's
+    (torch), a model file's by its suffix; None for file.py:callable (its object tells)."""
+    from exporter.model_folders import is_model_folder
+
+    if is_model_folder(Path(spec)):
+        return "torch"
+    path_text, sep, _ = spec.rpartition(":")
+    if sep and path_text.endswith(".py"):
+        return None
+    return next((f.name for f in FRAMEWORKS.values() if Path(spec).suffix in f.suffixes), None)
 
 
 def load_source(
@@ -198,9 +211,9 @@ def user_callable(path: Path, attr: str, label: str = "") -> Any:
         module_spec.loader.exec_module(module)
     except ImportError as exc:
         _raise_missing_framework(exc)
-        raise BadInput(f"{label}: import failed: {one_line(exc)}") from exc
+        raise BadInput(f"{label}: import failed: {raised(exc)}") from exc
     except Exception as exc:
-        raise BadInput(f"{label}: failed to load: {one_line(exc)}") from exc
+        raise BadInput(f"{label}: failed to load: {raised(exc)}") from exc
     function = getattr(module, attr, None)
     if function is None:
         raise BadInput(f"{label}: no callable named {attr!r}")
@@ -214,7 +227,7 @@ def _call_builder(path: Path, attr: str) -> tuple[Any, Any]:
     try:
         built = builder()
     except Exception as exc:
-        raise BadInput(f"{path}:{attr}() raised {one_line(exc)}") from exc
+        raise BadInput(f"{path}:{attr}() raised {raised(exc)}") from exc
     if isinstance(built, tuple) and len(built) == 2 and isinstance(built[1], (tuple, list, dict)):
         return built[0], built[1]
     return built, None

@@ -100,6 +100,11 @@ class Route:
     quantize_modes: tuple[str, ...] = ()  # values --quantize accepts
     static_shapes: bool = False  # exports at fixed sizes only (a --dynamic axis is refused)
     calls: tuple[str, ...] = ()  # a WITH_PAST route: the model_tasks calls with past it exports
+    opsets_written_by: str = ""  # what bounds `opsets()`, as an --opset refusal says it
+
+    def opsets(self) -> tuple[int, int] | None:
+        """The lowest and highest default-domain opset the route writes (None: its format has none)."""
+        return None
 
     def export(self, source: Source, request: ExportRequest, dest: Path, progress: Progress) -> ExportResult:
         raise NotImplementedError
@@ -141,6 +146,26 @@ def check_request(fmt: str, exporter: str = "auto", quantize: str | None = None)
     if quantize is not None and quantize not in modes:
         choice = f"choose one of {', '.join(modes)}" if modes else "it has none"
         raise BadInput(f"--quantize {quantize!r} is not an option of {fmt} exports ({choice})")
+
+
+def check_opset(fmt: str, opset: int | None, framework: str | None = None) -> None:
+    """--opset against the opsets the routes to `fmt` write (those of `framework` when it is known),
+    before anything loads: BadInput for a format without opsets, Incompatible (exit 4) naming each
+    route's range for one no route writes."""
+    if opset is None:
+        return
+    if opset < 1:
+        raise BadInput(f"--opset {opset}: must be a positive opset number")
+    routes = [ROUTES[key] for key in ROUTES if key.partition("->")[2] == fmt
+              and (framework is None or key.partition("->")[0] == framework)]
+    ranges = [(route, route.opsets()) for route in routes]
+    if all(span is None for _, span in ranges):
+        raise BadInput(f"--opset {opset}: opsets are ONNX's; {fmt} has none (leave --opset out)")
+    if any(span is not None and span[0] <= opset <= span[1] for _, span in ranges):
+        return
+    written = "; ".join(f"{route.framework} -> {fmt} writes opsets {span[0]} to {span[1]} ({route.opsets_written_by})"
+                        for route, span in ranges if span is not None)
+    raise Incompatible(f"--opset {opset}: {written}; ask for one of those", kind="opset")
 
 
 def route_for(framework: str, fmt: str, exporter: str = "auto", quantize: str | None = None) -> Route:

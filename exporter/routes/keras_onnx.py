@@ -186,8 +186,14 @@ class KerasToOnnx(Route):
     framework = "keras"
     format = "onnx"
     exporters = ("tf2onnx",)
-
     quantize_modes = ("int8",)
+    opsets_written_by = (f"tf2onnx {TF2ONNX_MIN_OPSET} to {TF2ONNX_CONVERT_OPSET}, converted up to onnx's latest "
+                         "by onnx.version_converter")
+
+    def opsets(self) -> tuple[int, int]:
+        import onnx.defs
+
+        return TF2ONNX_MIN_OPSET, onnx.defs.onnx_opset_version()
 
     def export(self, source: Source, request: ExportRequest, dest: Path, progress) -> ExportResult:
         check_int8_request(request)
@@ -205,9 +211,7 @@ class KerasToOnnx(Route):
 
         register_erfc_lowering()
         label = f"tf2onnx {tf2onnx.__version__}"
-        opset = request.opset
-        if opset is not None and opset < TF2ONNX_MIN_OPSET:
-            raise Incompatible(f"asked for opset {opset}: {label} starts at opset {TF2ONNX_MIN_OPSET}", kind="opset")
+        opset = request.opset  # within opsets(): exporter.routes.check_opset
         convert_opset = min(opset, TF2ONNX_CONVERT_OPSET) if opset is not None else None
 
         dynamic = {(a.input, a.axis) for a in request.dynamic}

@@ -36,11 +36,10 @@ QUANTIZE_NOTES = {
 
 
 def check_tflite_request(request: ExportRequest) -> None:
-    """Options the TFLite routes share: a --quantize mode they know, no --opset."""
+    """Options the TFLite routes share: a --quantize mode they know (--opset is refused before
+    anything loads: exporter.routes.check_opset)."""
     if request.quantize is not None and request.quantize not in QUANTIZE_MODES:
         raise BadInput(f"--quantize {request.quantize!r}: choose one of {', '.join(QUANTIZE_MODES)}")
-    if request.opset is not None:
-        raise BadInput(f"--opset {request.opset}: opsets are ONNX's; TFLite has none (leave --opset out)")
     check_int8_request(request)
 
 

@@ -40,6 +40,10 @@ from verifiers.gelu.torch_sites import is_exported_program
 from verifiers.onnx_model import default_opset, iter_graphs, load_structure
 from verifiers.sizes import parts_of
 
+# The highest opset the dynamo exporter converts to: onnxscript 0.7.2's version converter
+# (SUPPORTED_MAX_ONNX_OPSET; tests/exporter/routes/test_torch_onnx.py holds it to the installed one).
+DYNAMO_MAX_OPSET = 25
+TORCHSCRIPT_MIN_OPSET = 7
 DYNAMO_BASE_OPSET = 18  # below this the dynamo exporter converts down, and may silently not
 TORCHSCRIPT_MAX_OPSET = 20
 
@@ -249,8 +253,12 @@ class TorchToOnnx(Route):
     framework = "torch"
     format = "onnx"
     exporters = tuple(EXPORTERS)
-
     quantize_modes = ("int8",)
+    opsets_written_by = (f"the TorchScript exporter {TORCHSCRIPT_MIN_OPSET} to {TORCHSCRIPT_MAX_OPSET}, the dynamo "
+                         f"exporter {DYNAMO_BASE_OPSET} converted up to {DYNAMO_MAX_OPSET} by onnxscript")
+
+    def opsets(self) -> tuple[int, int]:
+        return TORCHSCRIPT_MIN_OPSET, DYNAMO_MAX_OPSET
 
     def export(self, source: Source, request: ExportRequest, dest: Path, progress) -> ExportResult:
         check_int8_request(request)

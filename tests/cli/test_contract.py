@@ -6,6 +6,7 @@ import onnx
 import pytest
 
 from fixtures.specs import torch_model
+from tests.conftest import REPO
 
 
 def _error_lines(stderr: str) -> list[str]:
@@ -106,6 +107,35 @@ def test_bad_model_spec_is_exit_2_in_one_line(cli, spec, message):
     assert result.stderr.splitlines()[-1].startswith("exportgate: error: ") and message in result.stderr
 
 
+def test_an_error_in_the_users_code_names_their_line(cli, tmp_path):
+    """The innermost frame in the user's own files, however deep in a library the error was raised;
+    EXPORTGATE_DEBUG=1 adds the traceback."""
+    (tmp_path / "helper.py").write_text(
+        "import torch\n\n\ndef helper():\n    return torch.nn.Linear(4, 2)(torch.ones(3, 5))\n\n\n"
+        "def build():\n    return helper()\n\n\n"
+        "class Cut(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.fc = torch.nn.Linear(4, 2)\n\n    def forward(self, x):\n        return self.fc(x[:, :3])\n\n\n"
+        "def cut():\n    return Cut(), (torch.ones(2, 4),)\n")
+    lines = (tmp_path / "helper.py").read_text().splitlines()
+    for spec, code in (("helper.py:build", "torch.ones(3, 5)"), ("helper.py:cut", "x[:, :3]")):
+        line = next(k for k, text in enumerate(lines, 1) if code in text)
+        result = cli("export", spec, "--to", "onnx", "--out", "m.onnx")
+        assert result.returncode == 2
+        assert result.stderr.splitlines()[-1].endswith(f"(at helper.py:{line})"), result.stderr
+        assert "Traceback" not in result.stderr
+    result = cli("export", "helper.py:cut", "--to", "onnx", "--out", "m.onnx", env={"EXPORTGATE_DEBUG": "1"})
+    assert result.returncode == 2 and "Traceback (most recent call last)" in result.stderr
+
+
+def test_a_run_that_never_compared_is_not_verified(tmp_path):
+    from exporter import api
+
+    exported = api.export(torch_model("mlp_exact"), to="onnx", out=tmp_path / "m.onnx")
+    assert exported.exit_code == 0 and exported.verified
+    report = api.verify(tmp_path / "m.onnx", source=str(tmp_path / "missing.py:build"))
+    assert report.exit_code == 2 and report.verified is False
+
+
 def test_bad_input_spec_is_exit_2(cli):
     result = cli("export", torch_model("mlp_exact"), "--to", "onnx", "--out", "m.onnx", "--input", "x:4by16:float32")
     assert result.returncode == 2
@@ -118,6 +148,33 @@ def test_missing_framework_names_the_pip_command(cli):
     assert result.returncode == 2
     assert "pip install 'exportgate[torch]'" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("spec, ranges", [
+    (REPO / "examples" / "mlp.py:build", ["torch -> onnx writes opsets 7 to 25", "keras -> onnx writes opsets 7 to"]),
+    ("model.pt2", ["torch -> onnx writes opsets 7 to 25"]),
+])
+def test_an_opset_no_route_writes_is_refused_before_anything_loads(cli, tmp_path, spec, ranges):
+    """The framework is not imported (a .pt2 names it by its suffix; a callable's could be either),
+    and the refusal names the range of each route it could take."""
+    (tmp_path / "model.pt2").write_bytes(b"")
+    result = cli("export", spec, "--to", "onnx", "--opset", "99", "--out", "m.onnx", "--report", "r.json",
+                 prelude="import sys; sys.modules['torch'] = sys.modules['tensorflow'] = None")
+    assert result.returncode == 4, result.stderr
+    message = json.loads((tmp_path / "r.json").read_text())["failures"][0]["message"]
+    assert message.startswith("--opset 99: ") and all(r in message for r in ranges), message
+    assert message.endswith("ask for one of those")
+    result = cli("export", spec, "--to", "tflite", "--opset", "17", "--out", "m.tflite",
+                 prelude="import sys; sys.modules['torch'] = sys.modules['tensorflow'] = None")
+    assert result.returncode == 2 and "tflite has none (leave --opset out)" in result.stderr
+
+
+def test_the_dynamo_routes_highest_opset_is_onnxscripts():
+    from onnxscript.version_converter import _version_converter
+
+    from exporter.routes.torch_onnx import DYNAMO_MAX_OPSET
+
+    assert DYNAMO_MAX_OPSET == _version_converter.SUPPORTED_MAX_ONNX_OPSET
 
 
 def test_usage_error_is_exit_2(cli):

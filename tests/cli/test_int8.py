@@ -186,12 +186,13 @@ def test_a_torch_cnn_to_onnx_int8_is_a_qdq_model_for_qnn(tmp_path):
 
 def test_calibration_data_is_used_and_checked(tmp_path):
     rng = np.random.default_rng(3)
-    np.savez(tmp_path / "calibration.npz", x=(SCALE * rng.standard_normal((16, 16))).astype(np.float32))
+    np.savez(tmp_path / "calibration.npz", x=SCALE * rng.standard_normal((16, 16)))  # float64, as numpy makes it
     report = api.export(f"{MODELS}:keras_mlp", to="tflite", out=tmp_path / "mlp.tflite", quantize="int8",
                         calibration=str(tmp_path / "calibration.npz"))
     assert report.exit_code == 0, report.summary_lines()
     assert report.quantization["calibration"] == {"source": str(tmp_path / "calibration.npz"), "batches": 8,
-                                                  "random": False}
+                                                  "random": False, "cast": {"x": "float64 -> float32"}}
+    assert any(note.startswith("--calibration") and "x float64 -> float32" in note for note in report.notes)
     np.savez(tmp_path / "ids.npz", x=rng.integers(0, 9, (16, 16)))
     result = _cli("export", f"{MODELS}:keras_mlp", "--to", "tflite", "--quantize", "int8", "--calibration",
                   str(tmp_path / "ids.npz"), "--out", str(tmp_path / "bad" / "mlp.tflite"), cwd=tmp_path)
