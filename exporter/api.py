@@ -198,8 +198,9 @@ def _check_target(run, target: Target) -> None:
     from verifiers.target_check import check_artifact, to_findings
 
     found = check_artifact(run.artifact, target)
-    run.report.target_checks = [{"kind": i.kind, "message": i.message} for i in found]
-    run.report.failures.extend(to_findings(found))
+    findings = to_findings(found, target, run.report.command)
+    run.report.target_checks = [{"kind": i.kind, "message": f.message} for i, f in zip(found, findings)]
+    run.report.failures.extend(findings)
 
 
 def _record_precision(run: Checked) -> None:
@@ -371,10 +372,14 @@ def _hash_source_files(run: Checked) -> None:
 
 
 def _report_source_files(run: Checked) -> None:
+    """Each file the source was built from, its path relative to the working directory when it
+    lies under it (a report read on another machine names the project's files, not this one's)."""
+    here = Path.cwd().resolve()
     listed = []
     for path in run.source.files:
         with contextlib.suppress(OSError):  # a file the model read and removed was not an input
-            listed.append({"path": str(path), "sha256": run.source_digests.sha256(path),
+            shown = path.relative_to(here) if path.is_relative_to(here) else path
+            listed.append({"path": str(shown), "sha256": run.source_digests.sha256(path),
                            "size_bytes": path.stat().st_size})
     run.report.source_files = listed
 
@@ -543,6 +548,7 @@ def export(
     gelu_guard: bool = True,
     allow_nonfinite: bool = False,
     trust_source: bool = False,
+    full_lists: bool = False,
     report_path: str | Path | None = None,
     reports: Mapping[str, str | Path] | None = None,
     progress: Progress = silent,
@@ -550,7 +556,7 @@ def export(
     """Export MODEL to `to` at `opset` (or for `target`, with GELU in the form it runs under the
     `gelu` policy), check it against the target, verify it, and publish it at `out` only if all pass."""
     report = Report(command="export", model=model, format=to, requested_opset=opset, seed=seed,
-                    batches=batches, quantize=quantize)
+                    batches=batches, quantize=quantize, full_lists=full_lists)
     run = Exported(report, progress, model=model, to=to, out=Path(out), opset=opset, exporter=exporter,
                    quantize=quantize, io=io, calibration=calibration, allow_float_ops=allow_float_ops,
                    target_name=target, gelu=gelu, matrix=matrix, inputs=inputs, dynamic=dynamic,
@@ -564,7 +570,7 @@ def export(
 def check_export_options(model: str, **options: Any) -> None:
     """Every check `export(model, **options)` makes of its options before the model loads (BadInput,
     Incompatible, naming the option), without loading, running or writing anything."""
-    report = Report(command="export")
+    report = Report(command="export", full_lists=options.pop("full_lists", False))
     run = Exported(report, silent, model=model, to=options.pop("to"), out=Path(options.pop("out")),
                    target_name=options.pop("target", None),
                    reports=_reports(options.pop("report_path", None), options.pop("reports", None)), **options)
@@ -618,10 +624,31 @@ def _verified_source(run: Verified) -> None:
     run.source = load_source(run.model, run.input_specs, default_inputs=lambda: specs_of_tensors(run.runner.inputs),
                              trust_source=run.trust_source, task=run.task)
     _record_source(run)
+    if run.task is None:
+        _check_inferred_task(run)
     run.feeds = make_batches(run.source, run.seed, run.batches)
     run.report.example_batch = run.source.example is not None
     run.report.feeds = feeds_record(run.source, run.feeds, run.seed)
     run.axes = artifact_axes(run.runner.inputs)
+
+
+def _check_inferred_task(run: Verified) -> None:
+    """A model folder's task inferred from its config must be the artifact's: one takes a KV cache
+    and the other not (a decoder exported for text-generation, verified against a causal LM's
+    inferred text-generation-with-past) is exit 2 naming the tasks that fit."""
+    from exporter.model_folders import tasks_with_cache
+    from exporter.model_tasks import PAST
+
+    task = TASKS.get(run.source.facts.get("task"))
+    if task is None or run.artifact.generates_by_signatures:
+        return
+    cached = any(tensor.name.startswith(PAST) for tensor in run.runner.inputs)
+    if cached == task.past:
+        return
+    fitting = tasks_with_cache(run.source.facts["model_type"], cached, task)
+    raise BadInput(f"{run.path} {'takes' if cached else 'takes no'} KV cache ({PAST}N.*), but {task.name}, the task "
+                   f"{run.model}'s config infers, {'does' if task.past else 'does not'}: give --task "
+                   f"{' or '.join(fitting) or 'for the artifact'}")
 
 
 def _verified_float_twin(run: Verified) -> Path:
@@ -686,13 +713,14 @@ def verify(
     localize: bool | None = None,
     task: str | None = None,
     trust_source: bool = False,
+    full_lists: bool = False,
     report_path: str | Path | None = None,
     reports: Mapping[str, str | Path] | None = None,
     progress: Progress = silent,
 ) -> Report:
     """Verify an existing artifact (from exportgate or any other tool) against its source model,
     run in `runtime` (by default the one its format names: onnxruntime, ai-edge-litert)."""
-    report = Report(command="verify", model=source, seed=seed, batches=batches)
+    report = Report(command="verify", model=source, seed=seed, batches=batches, full_lists=full_lists)
     run = Verified(report, progress, path=Path(artifact), model=source, runtime=runtime, inputs=inputs, atol=atol,
                    rtol=rtol, seed=seed, batches=batches, gelu_guard=gelu_guard, allow_nonfinite=allow_nonfinite,
                    min_sqnr=min_sqnr, min_top1=min_top1, localize=localize, task=task, trust_source=trust_source,
@@ -732,11 +760,11 @@ CHECK_STEPS = (
 
 
 def check(
-    artifact: str | Path, *, target: str, matrix: str | Path | None = None, report_path: str | Path | None = None,
-    reports: Mapping[str, str | Path] | None = None,
+    artifact: str | Path, *, target: str, matrix: str | Path | None = None, full_lists: bool = False,
+    report_path: str | Path | None = None, reports: Mapping[str, str | Path] | None = None,
 ) -> Report:
     """Every incompatibility of an artifact (from any tool) with a target; exit 4 when there is one."""
-    report = Report(command="check", target=target)
+    report = Report(command="check", target=target, full_lists=full_lists)
     run = Checking(report, Path(artifact), target, matrix, _reports(report_path, reports))
     return run_steps(report, CHECK_STEPS, run, silent, run.reports)
 

@@ -22,6 +22,7 @@ import typer
 from exporter.model_tasks import TASKS
 from verifiers.errors import ExportgateError, Terminated
 from verifiers.quiet import hide_framework_logs, show_framework_output
+from verifiers.report import LIST_CAP
 from verifiers.writers import job_name
 
 app = typer.Typer(
@@ -83,6 +84,9 @@ MinTop1Option = Annotated[Optional[float], typer.Option(
     "--min-top1", min=0.0, max=1.0,
     help="int8 artifacts: the lowest top-1 agreement with the source for outputs over classes (default 0.95).")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print the report as JSON on stdout.")]
+FullListsOption = Annotated[bool, typer.Option(
+    "--full-lists", help=f"Keep every entry of the lists that grow with the model (ops computing in float, int8 "
+    f"layers, the divergence profile) in the JSON report, not the first {LIST_CAP} and their count.")]
 QuietOption = Annotated[bool, typer.Option("--quiet", help="No progress lines, only the verdict and failures.")]
 
 
@@ -288,6 +292,7 @@ def export(
     junit: JunitOption = None,
     html: HtmlOption = None,
     summary: SummaryOption = None,
+    full_lists: FullListsOption = False,
     quiet: QuietOption = False,
     as_json: JsonOption = False,
 ) -> None:
@@ -302,7 +307,7 @@ def export(
             atol=atol, rtol=rtol, min_sqnr=min_sqnr, min_top1=min_top1, localize=localize, seed=seed,
             batches=batches,
             verify=not no_verify, gelu_guard=not no_gelu_guard, allow_nonfinite=allow_nonfinite,
-            trust_source=trust_source, task=task, reports=_reports(report, junit, html, summary),
+            trust_source=trust_source, task=task, full_lists=full_lists, reports=_reports(report, junit, html, summary),
             progress=progress,
         )
     _finish(result, as_json)
@@ -334,6 +339,7 @@ def verify(
     junit: JunitOption = None,
     html: HtmlOption = None,
     summary: SummaryOption = None,
+    full_lists: FullListsOption = False,
     quiet: QuietOption = False,
     as_json: JsonOption = False,
 ) -> None:
@@ -345,7 +351,7 @@ def verify(
         result = api.verify(artifact, source=source, runtime=runtime, inputs=inputs, atol=atol, rtol=rtol, seed=seed,
                             batches=batches, gelu_guard=not no_gelu_guard, allow_nonfinite=allow_nonfinite,
                             min_sqnr=min_sqnr, min_top1=min_top1, localize=localize, task=task,
-                            trust_source=trust_source,
+                            trust_source=trust_source, full_lists=full_lists,
                             reports=_reports(report, junit, html, summary), progress=progress)
     _finish(result, as_json)
 
@@ -360,6 +366,7 @@ def check(
     junit: JunitOption = None,
     html: HtmlOption = None,
     summary: SummaryOption = None,
+    full_lists: FullListsOption = False,
 ) -> None:
     """List every incompatibility of ARTIFACT with a target: exit 4 when there is any, 0 when none."""
     from exporter.digests import hash_ahead
@@ -368,7 +375,8 @@ def check(
     from exporter import api
 
     with _interruptible():
-        result = api.check(artifact, target=target, matrix=matrix, reports=_reports(report, junit, html, summary))
+        result = api.check(artifact, target=target, matrix=matrix, full_lists=full_lists,
+                           reports=_reports(report, junit, html, summary))
     _finish(result, as_json)
 
 
@@ -547,7 +555,7 @@ def inspect(
     for kind in ("inputs", "outputs"):
         typer.echo(f"{kind}:")
         for tensor in info[kind]:
-            shape = "x".join(str(d) for d in tensor["shape"]) or "scalar"
+            shape = f"[{', '.join(str(d) for d in tensor['shape'])}]" if tensor["shape"] else "scalar"
             dynamic = ", ".join(f"axis {d['axis']} ({d['symbol']})" for d in tensor.get("dynamic_axes", []))
             typer.echo(f"  {tensor['name']}: {shape} {tensor['dtype']}" + (f"; dynamic: {dynamic}" if dynamic else ""))
     versions = {op["op"]: op["version"] for op in info.get("ops", [])}

@@ -78,6 +78,7 @@ _OPTIONS = {
     "gelu_guard": ("true or false", lambda v: v if isinstance(v, bool) else None),
     "allow_nonfinite": ("true or false", lambda v: v if isinstance(v, bool) else None),
     "trust_source": ("true or false", lambda v: v if isinstance(v, bool) else None),
+    "full_lists": ("true or false", lambda v: v if isinstance(v, bool) else None),
     "task": ("a task name (feature-extraction, text-generation, ...)", lambda v: v if isinstance(v, str) and v else None),
 }
 _MODEL_KEYS = {"spec", "files", "artifacts"}

@@ -14,6 +14,7 @@ from pathlib import Path
 from exporter.routes import check_io
 from exporter.sources import Source, make_batches
 from verifiers.errors import BadInput
+from verifiers.naming import shown
 from verifiers.formats import Artifact
 from verifiers.quant_metrics import IntegerThresholds
 from verifiers.report import Report
@@ -70,12 +71,9 @@ def record_precision(report: Report, artifact: Artifact, limits: IntegerThreshol
     left float already, unless --allow-float-ops); an integer artifact's outputs are judged by `limits`."""
     precision = artifact.precision()
     quantized_io = {io.dtype for io in (*precision.inputs, *precision.outputs) if io.scale is not None}
-    report.quantization.update({
-        "mode": precision.mode,
-        "io": "/".join(sorted(quantized_io)) or "float",
-        "float_ops": [asdict(op) for op in precision.float_ops],
-    })
-    if precision.mode in INTEGER_MODES:
+    report.quantization.update({"mode": precision.mode, "io": "/".join(sorted(quantized_io)) or "float"})
+    if precision.mode in INTEGER_MODES:  # (in a float or float-weight artifact every op computes in float)
+        report.quantization["float_ops"] = [asdict(op) for op in precision.float_ops]
         violations = artifact.int8_spec_violations()
         report.quantization["spec_violations"] = [asdict(v) for v in violations]
         if violations:
@@ -86,8 +84,8 @@ def record_precision(report: Report, artifact: Artifact, limits: IntegerThreshol
                             f"classes, top-1 agreement >= {limits.min_top1:g} (--min-sqnr, --min-top1)")
     if precision.float_ops and precision.mode == "mixed":
         first, n = precision.float_ops[0], len(precision.float_ops)
-        report.notes.append(f"{n} op(s) compute in float, first {first.node} ({first.op_type}) on {first.dtype} "
-                            f"tensor {first.tensor}")
+        report.notes.append(f"{n} op(s) compute in float, first {shown(first.node)} ({first.op_type}) on "
+                            f"{first.dtype} tensor {shown(first.tensor)}")
     return precision
 
 
@@ -138,7 +136,7 @@ def diagnose_layers(report: Report, artifact: Artifact, float_model: Path, feeds
     for finding in report.failures:
         if finding.kind == "numeric" and finding.output is not None:
             finding.data["first_collapse"] = _layer(collapse)
-            finding.message += (f"; first layer below {limits.min_sqnr_db:g} dB: {collapse.tensor} "
+            finding.message += (f"; first layer below {limits.min_sqnr_db:g} dB: {shown(collapse.tensor)} "
                                 f"({collapse.op_type}) at {collapse.sqnr_db:.1f} dB SQNR")
 
 

@@ -177,7 +177,8 @@ def _link_or_copy(source: Path, target: Path) -> None:
 def _changed_source_file(report: Report) -> Path | None:
     """The first file the source model was built from (the user's modules it imported, the files it
     read) that is gone or no longer hashes to what the report records, if any. The cache key
-    covers the spec file and the config's `files`; these are what the load itself touched."""
+    covers the spec file and the config's `files`; these are what the load itself touched (a path
+    relative to the working directory the job ran in, which is this run's, or absolute)."""
     return _first_changed((Path(recorded["path"]), recorded["sha256"]) for recorded in report.source_files)
 
 
@@ -277,7 +278,7 @@ def export_arguments(job: Job, out: Path, report: Path, limits: dict) -> list[st
     if "localize" in options:
         args.append("--localize" if options["localize"] else "--no-localize")
     for key, flag in (("allow_nonfinite", "--allow-nonfinite"), ("allow_float_ops", "--allow-float-ops"),
-                      ("trust_source", "--trust-source")):
+                      ("trust_source", "--trust-source"), ("full_lists", "--full-lists")):
         if options.get(key):
             args.append(flag)
     if job.matrix is not None:

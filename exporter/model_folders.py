@@ -159,6 +159,13 @@ def _task(config: dict, model_type: str, name: str | None, label: str) -> Task:
     raise BadInput(f"{label}: {said} not tell one task; give --task, one of: {', '.join(candidates) or 'none known'}")
 
 
+def tasks_with_cache(model_type: str, past: bool, head_of: Task) -> list[str]:
+    """The tasks a model type has a head for whose artifact takes a KV cache (`past`) or not: the
+    one of `head_of`'s head when there is one, else every such task."""
+    fitting = [t for t in TASKS.values() if not t.part and t.past == past and model_type in _mapping(t)]
+    return [t.name for t in [t for t in fitting if t.mapping == head_of.mapping] or fitting]
+
+
 def load_folder(folder: Folder, trust: bool) -> tuple[Any, dict[str, np.ndarray], list[DynamicAxis]]:
     """The task's model loaded from the folder, its example inputs (in the order the model takes
     them) and its dynamic axes."""

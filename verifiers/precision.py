@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from verifiers.target_facts import Hits, Incompatibility, fact_sources, fact_text, finding_detail, locate, names_text
+from verifiers.naming import shown
 from verifiers.targets import Target
 
 FLOAT_DTYPES = frozenset({"float64", "float32", "float16", "bfloat16"})
@@ -230,6 +231,11 @@ def _float_op_detail(op: FloatOp) -> dict[str, str]:
     return {"node": op.node, "op": op.op_type, "tensor": op.tensor, "dtype": op.dtype}
 
 
+# The export options that write a full-integer artifact for an integer-only target, by format:
+# a QDQ ONNX model keeps float inputs and outputs; an integer device's TFLite model takes int8 ones.
+_INTEGER_FIX = {"onnx": "--quantize int8", "tflite": "--quantize int8 --io int8"}
+
+
 def _precision_incompatibility(target: Target, precision: Precision) -> Incompatibility | None:
     requirement = (f"{target.name} runs only full-integer models with {', '.join(target.integer_dtypes)} "
                    f"activations {fact_text(target, 'integer_only', True)}")
@@ -237,16 +243,17 @@ def _precision_incompatibility(target: Target, precision: Precision) -> Incompat
               "sources": fact_sources(target, "integer_only")}
     if precision.float_ops:
         first, n = precision.float_ops[0], len(precision.float_ops)
-        message = (f"{_lead(precision)} (mode {precision.mode}): {first.op_type} at node {first.node} computes on "
-                   f"{first.dtype} tensor {first.tensor}, first of {n} float op{'s' if n != 1 else ''}; {requirement}")
+        message = (f"{_lead(precision)} (mode {precision.mode}): {first.op_type} at node {shown(first.node)} computes "
+                   f"on {first.dtype} tensor {shown(first.tensor)}, first of {n} float op{'s' if n != 1 else ''}; "
+                   f"{requirement}")
         return Incompatibility("precision", message, detail | {
             "first_float_op": _float_op_detail(first),
-            "float_ops": [_float_op_detail(op) for op in precision.float_ops]})
+            "float_ops": [_float_op_detail(op) for op in precision.float_ops]}, _INTEGER_FIX[target.format])
     width = _SIXTEEN_BIT if precision.mode == "int16" else frozenset({"int8", "uint8"})
     if width & set(target.integer_dtypes):
         return None
     return Incompatibility("precision", f"{_lead(precision)} (mode {precision.mode}); {requirement}",
-                           detail | {"first_float_op": None, "float_ops": []})
+                           detail | {"first_float_op": None, "float_ops": []}, _INTEGER_FIX[target.format])
 
 
 def integer_device_incompatibilities(target: Target, precision: Precision | None, dynamic_axes: list[tuple[str, int]],
@@ -261,12 +268,19 @@ def integer_device_incompatibilities(target: Target, precision: Precision | None
         found = _precision_incompatibility(target, precision)
         if found is not None:
             out.append(found)
-    if target.static_shapes:
+    if target.static_shapes and dynamic_axes:
+        by_input: dict[str, list[int]] = {}
         for name, axis in dynamic_axes:
-            out.append(Incompatibility("shape", (
-                f"input {name} axis {axis} is dynamic; {target.name} takes only static shapes "
-                f"{fact_text(target, 'static_shapes', True)}"
-            ), {"input": name, "axis": axis, "fact": "static_shapes", "sources": fact_sources(target, "static_shapes")}))
+            by_input.setdefault(name, []).append(axis)
+        if len(dynamic_axes) == 1:
+            what = f"input {dynamic_axes[0][0]} axis {dynamic_axes[0][1]} is"
+        else:
+            what = "inputs " + ", ".join(f"{name} ({'axes' if len(axes) > 1 else 'axis'} {', '.join(map(str, axes))})"
+                                         for name, axes in by_input.items()) + " are"
+        out.append(Incompatibility("shape", (
+            f"{what} dynamic; {target.name} takes only static shapes {fact_text(target, 'static_shapes', True)}"
+        ), {"axes": [{"input": name, "axis": axis} for name, axis in dynamic_axes], "fact": "static_shapes",
+            "sources": fact_sources(target, "static_shapes")}, fix=""))
     out.extend(_rank_incompatibilities(target, activations))
     if target.ops is not None:
         listed, hits = set(target.ops), Hits()

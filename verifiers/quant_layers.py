@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from verifiers.errors import BadInput
+from verifiers.naming import shown
 from verifiers.quant_metrics import dequantize, quantize, sqnr_db
 
 
@@ -82,7 +83,7 @@ class LayerDiagnosis:
 
 
 def _named(layer: LayerError) -> str:
-    return f"{layer.tensor} ({layer.op_type}) {layer.sqnr_db:.1f} dB"
+    return f"{shown(layer.tensor)} ({layer.op_type}) {layer.sqnr_db:.1f} dB"
 
 
 def _ranked(layers: list[LayerError]) -> list[LayerError]:

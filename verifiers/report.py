@@ -48,6 +48,28 @@ REPORTED_PACKAGES = (
 )
 
 
+# Lists that grow with the model, one entry per op or tensor (ops computing in float, int8
+# layers, spec departures, the divergence profile), wherever they stand in a report: its JSON
+# keeps the first LIST_CAP entries of each and the count as `<name>_total`, unless full_lists.
+LONG_LISTS = frozenset({"float_ops", "layers", "spec_violations", "profile"})
+LIST_CAP = 20
+
+
+def _capped(value: Any) -> Any:
+    """`value` (a report's dict form) with every LONG_LISTS list cut to LIST_CAP entries."""
+    if isinstance(value, list):
+        return [_capped(item) for item in value]
+    if not isinstance(value, dict):
+        return value
+    capped = {}
+    for key, item in value.items():
+        if key in LONG_LISTS and isinstance(item, list) and len(item) > LIST_CAP:
+            capped[key], capped[f"{key}_total"] = _capped(item[:LIST_CAP]), len(item)
+        else:
+            capped[key] = _capped(item)
+    return capped
+
+
 @dataclass
 class Finding:
     kind: str
@@ -198,6 +220,7 @@ class Report:
     # its seed), "inputs": {name: {"shape", "dtype", "min", "max"}}}].
     feeds: list[dict[str, Any]] = field(default_factory=list)
     rejected_artifact: str | None = None
+    full_lists: bool = False  # --full-lists: the JSON keeps every entry of the LONG_LISTS
     # Files published beside the artifact: a model folder's tokenizer and preprocessor files, by name.
     published_beside: list[str] = field(default_factory=list)
     # A job of `exportgate run` restored from the cache: {"key": its digest, "made": when the result was made}.
@@ -231,7 +254,7 @@ class Report:
 
     def to_dict(self) -> dict[str, Any]:
         body = asdict(self)
-        return {"verdict": self.verdict, "exit_code": self.exit_code, **body}
+        return {"verdict": self.verdict, "exit_code": self.exit_code, **(body if self.full_lists else _capped(body))}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Report:

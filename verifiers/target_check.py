@@ -49,14 +49,25 @@ def check_artifact(artifact: Artifact | str | Path, target: Target) -> list[Inco
     return artifact.check_target(target)
 
 
-def to_findings(incompatibilities: list[Incompatibility]) -> list[Finding]:
-    """Report findings: "opset" for the opset, "target" for everything else (both exit 4)."""
+def to_findings(incompatibilities: list[Incompatibility], target: Target, command: str = "check") -> list[Finding]:
+    """Report findings: "opset" for the opset, "target" for everything else (both exit 4), each
+    message ending with what fixes it where an export option does: for `check` (an artifact from
+    anywhere) the export command for the target, for an export the options to add."""
     return [
         Finding(
             kind="opset" if inc.kind == "opset" else "target",
-            message=inc.message,
+            message=inc.message + _advice(inc, target, command),
             site=inc.detail.get("site"),
-            data={"incompatibility": inc.kind, **inc.detail},
+            data={"incompatibility": inc.kind, **inc.detail, **({"fix": inc.fix} if inc.fix is not None else {})},
         )
         for inc in incompatibilities
     ]
+
+
+def _advice(inc: Incompatibility, target: Target, command: str) -> str:
+    if inc.fix is None:
+        return ""
+    if command == "export":
+        return f"; add {inc.fix}" if inc.fix else ""
+    return (f"; exportgate export MODEL --to {target.format} --target {target.name}"
+            f"{' ' + inc.fix if inc.fix else ''} writes one it takes")

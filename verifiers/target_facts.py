@@ -12,6 +12,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from verifiers.naming import shown
 from verifiers.targets import OpGap, Target
 from verifiers.tflite_model import version_key
 
@@ -27,12 +28,15 @@ class Incompatibility:
     kind: one of KINDS ("precision": float compute on an integer-only target, "shape": a dynamic
     axis or a rank the target does not take); message: one line
     (what, where, the matrix fact and its source); detail: machine-readable facts (site, nodes,
-    op, fact key, target value, sources...).
+    op, fact key, target value, sources...); fix: the `exportgate export` options that write what
+    the target takes, beside --target ("": --target alone does, as for a GELU form, an opset or
+    static sizes), None when no export option does (an op the target lacks).
     """
 
     kind: str
     message: str
     detail: dict[str, Any] = field(default_factory=dict)
+    fix: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -110,9 +114,15 @@ def gap_text(target: Target, gap: OpGap) -> str:
 
 
 def names_text(nodes: list[str]) -> str:
-    shown = ", ".join(nodes[:_SHOWN])
+    listed = ", ".join(shown(node) for node in nodes[:_SHOWN])
     more = len(nodes) - _SHOWN
-    return f"{shown} and {more} more" if more > 0 else shown
+    return f"{listed} and {more} more" if more > 0 else listed
+
+
+def gelu_fix(kind: str) -> str | None:
+    """What fixes a located incompatibility: exporting for the target writes each GELU in a form
+    it runs (--gelu preserve); an op elsewhere, nothing."""
+    return "" if kind == "gelu" else None
 
 
 # ---- grouping -------------------------------------------------------------------------------------
@@ -141,7 +151,7 @@ def locate(group: dict[str, Any], what: str) -> tuple[str, str]:
         nodes = group["nodes"]
         at = "" if list(site.nodes) == nodes else f" at node {names_text(nodes)}"
         kind_of_site = "" if site.op == group["op"] else f" ({site.op})"
-        return "gelu", f"GELU site {site.site_id}{kind_of_site} uses {what}{at}"
+        return "gelu", f"GELU site {shown(site.site_id)}{kind_of_site} uses {what}{at}"
     n = len(group["nodes"])
     return "op", f"{what} at {n} node{'s' if n != 1 else ''} ({names_text(group['nodes'])})"
 

@@ -14,6 +14,7 @@ from typing import Callable
 import numpy as np
 
 from verifiers.errors import BadInput, Incompatible
+from verifiers.naming import shown
 from verifiers.registry import LazyRegistry
 from exporter.sources import Source
 from verifiers.sizes import DynamicAxis
@@ -88,7 +89,7 @@ def int8_result(request: ExportRequest, method: str, artifact: Path, fmt: str) -
         remove_artifact(Path(artifact), fmt)
         first = compute[0]
         raise Incompatible(f"--quantize int8: no int8 form for {', '.join(sorted({op.op_type for op in compute}))} "
-                           f"(first: {first.node} on {first.dtype} tensor {first.tensor}); --allow-float-ops keeps "
+                           f"(first: {shown(first.node)} on {first.dtype} tensor {shown(first.tensor)}); --allow-float-ops keeps "
                            "such ops float")
     return {"mode": "int8", "io": request.io, "method": method, "float_fallback": bool(compute)}
 

@@ -11,8 +11,11 @@ cache holds min(max_position_embeddings, 4096) positions, litert-torch's default
 chunks of min(128, cache / 2) tokens. Its tokenizer output and `.litertlm` packaging are not part
 of the artifact: the folder's own files are published beside it.
 
-A model type export_hf does not export (GPT-2: its config names no num_key_value_heads) fails in
-its loading or tracing: exit 4 naming the model type, the task and export_hf's error.
+What export_hf's KV cache reads of the config (litert_torch/generative/export_hf/core/cache.py:
+num_key_value_heads, num_attention_heads, hidden_size, num_hidden_layers) is checked first, before
+the tokenizer, so a model type it does not export (GPT-2: no num_key_value_heads) is one exit 4
+saying what to do instead; one that fails later in its loading or tracing is exit 4 with
+export_hf's error.
 """
 
 from __future__ import annotations
@@ -29,6 +32,9 @@ from exporter.sources import Source, stated_length_limit
 
 CACHE_LENGTH, PREFILL_LENGTH = 4096, 128  # litert-torch's defaults, bounded by the model's positions
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+# The config attributes export_hf's KV cache reads (litert_torch/generative/export_hf/core/cache.py).
+CACHE_CONFIG = ("num_key_value_heads", "num_attention_heads", "hidden_size", "num_hidden_layers")
+INSTEAD = "export for --task text-generation (no cache, fixed sizes) or --to onnx"
 
 
 class TorchToLiteRtLm(Route):
@@ -41,9 +47,15 @@ class TorchToLiteRtLm(Route):
         litert_torch = require_litert_torch()
         folder = Path(source.spec)
         described = f"model type {source.facts.get('model_type')}, task {source.facts.get('task')}"
+        config = getattr(source.model, "config", None)
+        missing = [name for name in CACHE_CONFIG if getattr(config, name, None) is None]
+        if missing:
+            raise Incompatible(f"{described}: litert-torch's export_hf cannot export it: its KV cache reads "
+                               f"{', '.join(missing)}, which the model's config does not have; {INSTEAD}")
         if not any((folder / name).is_file() for name in TOKENIZER_FILES):
             raise Incompatible(f"{described}: litert-torch's export_hf reads the folder's tokenizer, and {folder} has "
-                               f"no {' or '.join(TOKENIZER_FILES)}")
+                               f"no {' or '.join(TOKENIZER_FILES)}; save the tokenizer into it (save_pretrained), "
+                               f"or {INSTEAD}")
         cache = min(CACHE_LENGTH, stated_length_limit(source.model) or CACHE_LENGTH)
         prefill = min(PREFILL_LENGTH, cache // 2)
         progress(f"exporting with litert-torch export_hf: prefill {prefill} tokens, cache {cache} positions")
@@ -57,7 +69,8 @@ class TorchToLiteRtLm(Route):
                                      cache_length=cache, quantization_recipe="none", prefill_logits=True,
                                      bundle_litert_lm=False, keep_temporary_files=True, trust_remote_code=False)
             except Exception as exc:
-                raise Incompatible(f"{described}: litert-torch's export_hf cannot export it: {one_line(exc)}") from exc
+                raise Incompatible(f"{described}: litert-torch's export_hf cannot export it: {one_line(exc)}; "
+                                   f"{INSTEAD}") from exc
             written = Path(work) / "model.tflite"
             if not written.is_file():
                 raise Incompatible(f"{described}: litert-torch's export_hf wrote no model.tflite")

@@ -71,13 +71,14 @@ def require_litert_torch():
 
 @contextlib.contextmanager
 def litert_torch_quiet(litert_torch):
-    """No rich progress console; its root-logger warnings ("converted in training mode", x64) are
-    the quiet exporter's to hide."""
+    """No rich progress console; its root-logger warnings ("converted in training mode", x64), and
+    what it prints to stderr (ai-edge-quantizer's tqdm bars of an fp16 or dynamic-int8 recipe),
+    are the quiet exporter's to hide."""
     key = "LITERT_TORCH_SHOW_PROGRESS"
     saved = os.environ.get(key)
     litert_torch.config.show_progress = False
     try:
-        with quiet_exporter() as printed:
+        with quiet_exporter() as printed, contextlib.redirect_stderr(printed):
             yield printed
     finally:
         if saved is None:

@@ -107,6 +107,15 @@ def test_bad_model_spec_is_exit_2_in_one_line(cli, spec, message):
     assert result.stderr.splitlines()[-1].startswith("exportgate: error: ") and message in result.stderr
 
 
+def test_source_files_under_the_working_directory_are_named_relative_to_it(cli, tmp_path):
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "mlp.py").write_text((REPO / "examples" / "mlp.py").read_text())
+    result = cli("export", "models/mlp.py:build", "--to", "onnx", "--out", "m.onnx", "--report", "r.json")
+    assert result.returncode == 0, result.stderr
+    listed = json.loads((tmp_path / "r.json").read_text())["source_files"]
+    assert [entry["path"] for entry in listed] == ["models/mlp.py"]
+
+
 def test_an_error_in_the_users_code_names_their_line(cli, tmp_path):
     """The innermost frame in the user's own files, however deep in a library the error was raised;
     EXPORTGATE_DEBUG=1 adds the traceback."""

@@ -394,3 +394,5 @@ def test_inspect_json_lists_the_dynamic_axes_of_each_input(cli, bert_torchscript
     inputs = {t["name"]: t["dynamic_axes"] for t in json.loads(result.stdout)["inputs"]}
     axes = [{"axis": 0, "symbol": "batch"}, {"axis": 1, "symbol": "dim1"}]
     assert inputs == {"input_ids": axes, "attention_mask": axes}
+    text = cli("inspect", str(out)).stdout  # a symbol is shown as a dimension, not joined to the next
+    assert "  input_ids: [batch, dim1] int64; dynamic: axis 0 (batch), axis 1 (dim1)" in text.splitlines()

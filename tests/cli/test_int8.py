@@ -6,9 +6,6 @@ artifacts other tools quantized (TFLiteConverter, onnxruntime's quantize_static)
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,12 +18,6 @@ REPO = Path(__file__).resolve().parents[2]
 MODELS = REPO / "fixtures" / "models" / "int8_models.py"
 EXAMPLE = REPO / "examples" / "mlp.py"
 SCALE = 2.0  # exportgate's random float batches are standard normal times 2 (exporter.sources)
-
-
-def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-c", "from exporter.cli import main; main()", *args],
-                          cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
 
 
 def _feeds(name: str, shape: tuple[int, ...], count: int = 8, seed: int = 1) -> list[dict[str, np.ndarray]]:
@@ -135,18 +126,22 @@ def test_a_qdq_model_from_quantize_static_is_judged_by_sqnr_and_a_ruined_weight_
 # ---- exports for integer devices ------------------------------------------------------------------
 
 
-def test_a_float_model_is_refused_by_integer_devices(tmp_path):
-    """The float32 MLP exported for the Edge TPU is exit 4 naming its first float op and the
-    requirement; the Hexagon delegate refuses the same artifact."""
-    result = _cli("export", f"{EXAMPLE}:build", "--to", "tflite", "--target", "edgetpu-16.0",
-                  "--out", str(tmp_path / "mlp.tflite"), "--report", str(tmp_path / "report.json"), cwd=tmp_path)
+def test_a_float_model_is_refused_by_integer_devices(cli, tmp_path):
+    """The float32 MLP exported for the Edge TPU is exit 4 naming its first float op, the
+    requirement and the options that meet it (test_an_int8_export_with_int8_io_passes_the_edge_tpu
+    takes them); the Hexagon delegate refuses the same artifact and names the export for it."""
+    result = cli("export", f"{EXAMPLE}:build", "--to", "tflite", "--target", "edgetpu-16.0",
+                 "--out", "mlp.tflite", "--report", "report.json")
     assert result.returncode == 4, result.stdout + result.stderr
     report = json.loads((tmp_path / "report.json").read_text())
     (precision,) = [c for c in report["target_checks"] if c["kind"] == "precision"]
     assert "FULLY_CONNECTED" in precision["message"] and "integer_only: true" in precision["message"]
+    assert precision["message"].endswith("; add --quantize int8 --io int8")
     assert not (tmp_path / "mlp.tflite").exists()
-    check = _cli("check", report["rejected_artifact"], "--target", "tflite-2.9-hexagon", cwd=tmp_path)
+    check = cli("check", report["rejected_artifact"], "--target", "tflite-2.9-hexagon")
     assert check.returncode == 4 and "only full-integer models" in check.stdout + check.stderr
+    assert ("exportgate export MODEL --to tflite --target tflite-2.9-hexagon --quantize int8 --io int8 writes one "
+            "it takes") in check.stdout + check.stderr
 
 
 def test_an_int8_export_with_int8_io_passes_the_edge_tpu(tmp_path):
@@ -184,7 +179,7 @@ def test_a_torch_cnn_to_onnx_int8_is_a_qdq_model_for_qnn(tmp_path):
     assert not list(tmp_path.glob("*float*"))  # the float twin is never left beside the artifact
 
 
-def test_calibration_data_is_used_and_checked(tmp_path):
+def test_calibration_data_is_used_and_checked(cli, tmp_path):
     rng = np.random.default_rng(3)
     np.savez(tmp_path / "calibration.npz", x=SCALE * rng.standard_normal((16, 16)))  # float64, as numpy makes it
     report = api.export(f"{MODELS}:keras_mlp", to="tflite", out=tmp_path / "mlp.tflite", quantize="int8",
@@ -194,12 +189,12 @@ def test_calibration_data_is_used_and_checked(tmp_path):
                                                   "random": False, "cast": {"x": "float64 -> float32"}}
     assert any(note.startswith("--calibration") and "x float64 -> float32" in note for note in report.notes)
     np.savez(tmp_path / "ids.npz", x=rng.integers(0, 9, (16, 16)))
-    result = _cli("export", f"{MODELS}:keras_mlp", "--to", "tflite", "--quantize", "int8", "--calibration",
-                  str(tmp_path / "ids.npz"), "--out", str(tmp_path / "bad" / "mlp.tflite"), cwd=tmp_path)
+    result = cli("export", f"{MODELS}:keras_mlp", "--to", "tflite", "--quantize", "int8", "--calibration",
+                 str(tmp_path / "ids.npz"), "--out", str(tmp_path / "bad" / "mlp.tflite"))
     assert result.returncode == 2 and "x" in result.stderr and "int64" in result.stderr, result.stderr
     assert not (tmp_path / "bad").exists()
-    result = _cli("export", f"{MODELS}:keras_mlp", "--to", "tflite", "--io", "int8",
-                  "--out", str(tmp_path / "bad" / "mlp.tflite"), cwd=tmp_path)
+    result = cli("export", f"{MODELS}:keras_mlp", "--to", "tflite", "--io", "int8",
+                 "--out", str(tmp_path / "bad" / "mlp.tflite"))
     assert result.returncode == 2 and "--quantize int8" in result.stderr
 
 

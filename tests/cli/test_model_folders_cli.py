@@ -380,3 +380,14 @@ def test_a_decoder_without_a_tokenizer_cannot_go_to_a_tflite_llm(folders, cli, t
     assert "model type llama, task text-generation-with-past: litert-torch's export_hf reads the folder's tokenizer" in (
         result.stdout + result.stderr)
     assert not out.parent.exists() or not any(out.parent.iterdir())
+
+
+def test_a_float16_tflite_export_says_only_its_own_lines(folders, tmp_path):
+    """ai-edge-quantizer draws tqdm bars for a model of 100 ops and more; they stay off stderr
+    without --verbose, and a float-weight artifact's report lists no float ops (all of them are)."""
+    result = run_cli("export", folders["bert-text-classification"], "--to", "tflite", "--quantize", "fp16",
+                     "--out", "bert.tflite", "--report", "r.json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert all(line.startswith(("exportgate: ", "PASS ", "  ")) for line in result.stderr.splitlines()), result.stderr
+    quantization = json.loads((tmp_path / "r.json").read_text())["quantization"]
+    assert quantization["mode"] == "fp16" and "float_ops" not in quantization

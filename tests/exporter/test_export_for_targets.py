@@ -180,3 +180,18 @@ def test_gelu_tanh_still_fails_an_export_that_differs_for_another_reason(tmp_pat
     assert report.exit_code == 1 and report.gelu_guard == "checked"
     assert any(f.message.startswith("before the --gelu rewrite:") for f in report.failures if f.kind == "numeric")
     assert not (tmp_path / "m.onnx").exists()
+
+
+@pytest.mark.parametrize("to, plain, target", [("tflite", {}, "tflite-2.7"), ("onnx", {"opset": 20}, "ort-1.16")])
+def test_what_check_says_to_run_makes_an_artifact_the_target_takes(tmp_path, to, plain, target):
+    """A plain export's GELU (the TFLite builtin, Gelu-20) is refused by an older target, and the
+    refusal names the export for it; that export is then taken."""
+    plain_path = tmp_path / f"plain.{to}"
+    assert api.export(torch_model("mlp_exact"), to=to, out=plain_path, **plain).exit_code == 0
+    refused = api.check(plain_path, target=target)
+    assert refused.exit_code == 4
+    command = f"exportgate export MODEL --to {to} --target {target} writes one it takes"
+    assert all(f.message.endswith(command) for f in refused.failures), [f.message for f in refused.failures]
+    advised = tmp_path / f"advised.{to}"
+    assert api.export(torch_model("mlp_exact"), to=to, target=target, out=advised).exit_code == 0
+    assert api.check(advised, target=target).exit_code == 0

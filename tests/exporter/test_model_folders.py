@@ -194,3 +194,32 @@ def test_input_sizes_given_for_a_folder_are_the_sizes_fed(saved, tmp_path):
         load_source(folder, [parse_input_spec("input_ids:4x24:int32")])
     with pytest.raises(BadInput, match="makes sequence_length 24"):
         load_source(folder, [parse_input_spec("input_ids:4x24:int64"), parse_input_spec("attention_mask:4x9:int64")])
+
+
+def test_a_decoder_exported_without_its_cache_is_verified_with_the_task_named(saved, tmp_path):
+    """GPT-2's config infers text-generation-with-past; an artifact exported for text-generation
+    takes no cache, and verify says which --task fits it."""
+    from exporter import api
+
+    folder = str(saved["gpt2-causal-lm"])
+    exported = tmp_path / "gpt2.onnx"
+    assert api.export(folder, to="onnx", task="text-generation", out=exported).exit_code == 0
+    report = api.verify(exported, source=folder)
+    assert report.exit_code == 2
+    assert report.failures[0].message.endswith("give --task text-generation"), report.failures[0].message
+    assert api.verify(exported, source=folder, task="text-generation").exit_code == 0
+
+
+def test_a_decoder_the_llm_route_cannot_export_is_one_exit_4_saying_what_can(saved, tmp_path):
+    """GPT-2 with its cache to TFLite: what export_hf's cache reads of the config is checked before
+    its tokenizer, so a folder without one still gets the reason that holds, and what to do."""
+    from exporter import api
+
+    folder = shutil.copytree(saved["gpt2-causal-lm"], tmp_path / "gpt2")
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (folder / name).unlink(missing_ok=True)
+    report = api.export(str(folder), to="tflite", out=tmp_path / "gpt2.tflite")
+    assert report.exit_code == 4
+    (finding,) = report.failures
+    assert "num_key_value_heads" in finding.message and "tokenizer" not in finding.message
+    assert finding.message.endswith("export for --task text-generation (no cache, fixed sizes) or --to onnx")

@@ -454,7 +454,7 @@ def test_a_job_can_set_every_option_export_takes(tmp_path):
               "dynamic": '["x:0"]', "atol": '["1e-3"]', "rtol": '["1e-2"]', "seed": "3", "batches": "2",
               "min_sqnr": "25", "min_top1": "0.9", "task": '"text-classification"'}
     switches = {"verify": False, "gelu_guard": False, "allow_float_ops": True, "allow_nonfinite": True,
-                "localize": True, "trust_source": True}
+                "localize": True, "trust_source": True, "full_lists": True}
     assert set(params) == set(values) | set(switches)  # a new export option: a config field, and a line here
     (tmp_path / "data.npz").write_bytes(b"")
     (tmp_path / "folder").mkdir()

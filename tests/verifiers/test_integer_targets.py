@@ -86,7 +86,7 @@ def test_float_mlp_fails_integer_devices_naming_its_first_op(tflite_mlp, targets
     assert f"computes on float32 tensor {first['tensor']}, first of 3 float ops" in precision.message
     assert "integer_only: true; source: " in precision.message and "\n" not in precision.message
     report = Report(command="check")
-    report.failures.extend(to_findings(found))
+    report.failures.extend(to_findings(found, targets[target]))
     assert report.exit_code == 4
 
 
@@ -113,8 +113,9 @@ def test_full_integer_mlp_passes_hexagon_and_its_float_output_boundary_does_not(
 
 def test_dynamic_batch_is_a_shape_incompatibility(tflite_mlp, targets):
     (shape,) = check_artifact(tflite_mlp("int8_dynamic_batch"), targets["edgetpu-16.0"])
-    assert shape.kind == "shape" and shape.detail["axis"] == 0 and shape.detail["fact"] == "static_shapes"
-    assert f"input {shape.detail['input']} axis 0 is dynamic" in shape.message
+    ((axis,), fact) = shape.detail["axes"], shape.detail["fact"]
+    assert shape.kind == "shape" and axis["axis"] == 0 and fact == "static_shapes"
+    assert f"input {axis['input']} axis 0 is dynamic" in shape.message
     assert "static_shapes: true" in shape.message
     assert check_artifact(tflite_mlp("int8_dynamic_batch"), targets["tflite-2.9-hexagon"]) == []  # no claim
 
@@ -186,8 +187,26 @@ def test_qnn_htp_flags_dynamic_axes_and_loops(tmp_path, targets):
     found = check_artifact(path, targets["ort-1.18-qnn-htp"])
     assert sorted(i.kind for i in found) == ["op", "shape"]
     shape = next(i for i in found if i.kind == "shape")
-    assert (shape.detail["input"], shape.detail["axis"], shape.detail["fact"]) == ("x", 0, "static_shapes")
+    assert (shape.detail["axes"], shape.detail["fact"]) == ([{"input": "x", "axis": 0}], "static_shapes")
     assert "If at 1 node (branch)" in next(i.message for i in found if i.kind == "op")
+
+
+def test_every_dynamic_axis_is_one_line_with_the_export_that_fixes_it(tmp_path, targets):
+    import onnx
+    from onnx import TensorProto, helper
+
+    inputs = [helper.make_tensor_value_info(name, TensorProto.INT8, ["batch", "length"]) for name in ("ids", "mask")]
+    graph = helper.make_graph([helper.make_node("Add", ["ids", "mask"], ["y"])], "g", inputs,
+                              [helper.make_tensor_value_info("y", TensorProto.INT8, ["batch", "length"])])
+    path = tmp_path / "dynamic.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    target = targets["ort-1.18-qnn-htp"]
+    (shape,) = [i for i in check_artifact(path, target) if i.kind == "shape"]
+    assert shape.detail["axes"] == [{"input": "ids", "axis": 0}, {"input": "ids", "axis": 1},
+                                    {"input": "mask", "axis": 0}, {"input": "mask", "axis": 1}]
+    assert shape.message.startswith("inputs ids (axes 0, 1), mask (axes 0, 1) are dynamic;")
+    (finding,) = to_findings([shape], target)
+    assert finding.message.endswith("; exportgate export MODEL --to onnx --target ort-1.18-qnn-htp writes one it takes")
 
 
 # ---- the CLI ---------------------------------------------------------------------------------------

@@ -184,7 +184,7 @@ def test_gelu20_flagged_for_ort_116(onnx_file, targets):
     assert "ort-1.16 has no Gelu-20" in gelu.message and "gelu.gelu_op: false" in gelu.message
     assert all("\n" not in i.message for i in found)
 
-    findings = to_findings(found)
+    findings = to_findings(found, targets["ort-1.16"])
     assert sorted(f.kind for f in findings) == ["opset", "target"]
     assert next(f for f in findings if f.kind == "target").site == gelu.detail["site"]
     report = Report(command="check")
@@ -216,7 +216,7 @@ def test_fastgelu_flagged_for_tensorrt(onnx_file, targets, name):
     assert found.kind == "gelu" and found.detail["site_op"] == "com.microsoft.FastGelu"
     assert found.detail["fact"] == "runtime" and found.detail["runtime"] == "tensorrt"
     assert "uses com.microsoft.FastGelu" in found.message and "matrix runtime: tensorrt" in found.message
-    assert [f.kind for f in to_findings([found])] == ["target"]
+    assert [f.kind for f in to_findings([found], targets[name])] == ["target"]
 
 
 @pytest.mark.parametrize("name", ["ort-1.16", "ort-1.32", "ort-web-1.22-wasm"])
@@ -285,7 +285,7 @@ def test_gelu_builtin_flagged_for_tflite_27(tflite_file, targets):
     gelu = next(i for i in found if i.kind == "gelu")
     assert gelu.detail["fact"] == "gelu.builtin" and gelu.detail["site"].startswith("0:")
     assert "GELU builtin (op version 1, float)" in gelu.message and "tflite-2.7 lacks it" in gelu.message
-    assert [f.kind for f in to_findings(found)] == ["target", "target"]
+    assert [f.kind for f in to_findings(found, targets["tflite-2.7"])] == ["target", "target"]
 
 
 def test_gelu_builtin_flagged_for_tflite_28_by_its_runtime_version(tflite_file, targets):
@@ -343,7 +343,7 @@ def test_flex_ops_are_always_flagged(tflite_file, targets, name):
 def test_format_mismatch(tflite_file, onnx_file, targets):
     (found,) = check_artifact(tflite_file("gelu"), targets["ort-1.32"])
     assert found.kind == "format" and "TFLite artifact" in found.message and "ONNX artifacts" in found.message
-    assert [f.kind for f in to_findings([found])] == ["target"]
+    assert [f.kind for f in to_findings([found], targets["ort-1.32"])] == ["target"]
     (found,) = check_artifact(onnx_file("gelu20"), targets["tflite-2.9"])
     assert found.kind == "format" and found.detail == {"artifact_format": "onnx", "target_format": "tflite",
                                                        "fact": "format"}

@@ -40,3 +40,17 @@ def test_an_unknown_writer_or_an_unwritable_file_is_one_line(tmp_path):
     (tmp_path / "folder").mkdir()
     with pytest.raises(BadInput, match=r"^--report .*folder: is a folder; give a file path$"):
         write_reports(Report(command="check"), {"json": tmp_path / "folder"})
+
+
+def test_lists_that_grow_with_the_model_are_capped_with_their_count_unless_asked():
+    from verifiers.report import LIST_CAP
+
+    ops = [{"node": f"n{k}", "op_type": "MatMul", "tensor": f"t{k}", "dtype": "float32"} for k in range(LIST_CAP + 7)]
+    report = Report(command="verify", quantization={"mode": "mixed", "float_ops": ops})
+    report.fail("target", "float compute", data={"float_ops": ops})
+    written = json.loads(json.dumps(report.to_dict()))
+    assert written["quantization"]["float_ops"] == ops[:LIST_CAP]
+    assert written["quantization"]["float_ops_total"] == LIST_CAP + 7
+    assert written["failures"][0]["data"]["float_ops_total"] == LIST_CAP + 7
+    report.full_lists = True
+    assert report.to_dict()["quantization"]["float_ops"] == ops and "float_ops_total" not in report.to_dict()["quantization"]

@@ -44,6 +44,7 @@ from verifiers.target_facts import (
     finding_detail,
     gap_op_and_dtypes,
     gap_text,
+    gelu_fix,
     is_onnxruntime,
     locate,
 )
@@ -188,13 +189,13 @@ def _check_onnx(model: onnx.ModelProto, target: Target) -> list[Incompatibility]
             f"model opset {opset} (ai.onnx) is above {target.name}'s "
             f"{fact_text(target, 'max_opset', target.max_opset)}"
         ), {"opset": opset, "max_opset": target.max_opset, "fact": "max_opset",
-            "sources": fact_sources(target, "max_opset")}))
+            "sources": fact_sources(target, "max_opset")}, fix=""))
     if target.max_ir_version is not None and model.ir_version > target.max_ir_version:
         out.append(Incompatibility("ir_version", (
             f"model IR version {model.ir_version} is above {target.name}'s "
             f"{fact_text(target, 'max_ir_version', target.max_ir_version)}"
         ), {"ir_version": model.ir_version, "max_ir_version": target.max_ir_version, "fact": "max_ir_version",
-            "sources": fact_sources(target, "max_ir_version")}))
+            "sources": fact_sources(target, "max_ir_version")}, fix=""))
 
     nodes = list(iter_nodes(model.graph))
     site_of = _onnx_sites(model)
@@ -253,26 +254,28 @@ def _onnx_incompatibility(group: dict[str, Any], target: Target, opset: int | No
         kind, where = locate(group, what)
         message = f"{where}; {target.name} has no Gelu-20 {fact_text(target, 'gelu.gelu_op', False)}"
         return Incompatibility("gelu" if kind == "gelu" else "op", message,
-                               finding_detail(group, "gelu.gelu_op", target, approximate=group["approximate"]))
+                               finding_detail(group, "gelu.gelu_op", target, approximate=group["approximate"]),
+                               gelu_fix(kind))
     if reason == "erf":
         kind, where = locate(group, "Erf")
         return Incompatibility(kind, f"{where}; {target.name} has no Erf {fact_text(target, 'gelu.erf', False)}",
-                               finding_detail(group, "gelu.erf", target))
+                               finding_detail(group, "gelu.erf", target), gelu_fix(kind))
     if reason == "contrib_gelu":
         kind, where = locate(group, op)
         message = (f"{where}; {target.name} has no com.microsoft (ONNX Runtime contrib) kernels "
                    f"{fact_text(target, 'gelu.contrib_gelu', False)}")
-        return Incompatibility(kind, message, finding_detail(group, "gelu.contrib_gelu", target))
+        return Incompatibility(kind, message, finding_detail(group, "gelu.contrib_gelu", target), gelu_fix(kind))
     if reason == "contrib_runtime":
         kind, where = locate(group, op)
         message = (f"{where}; com.microsoft ops are ONNX Runtime contrib ops and {target.name} is not ONNX "
                    f"Runtime (matrix runtime: {target.runtime})")
         return Incompatibility(kind, message, finding_detail(group, "runtime", target, runtime=target.runtime,
-                                                       contrib_gelu=target.gelu.get("contrib_gelu")))
+                                                       contrib_gelu=target.gelu.get("contrib_gelu")), gelu_fix(kind))
     # op_gap
     gap: OpGap = group["gap"]
     dtype = group.get("dtype")
     what = f"{op} on {dtype} input" if dtype else op
     kind, where = locate(group, what)
     return Incompatibility(kind, f"{where}; {target.name} lacks it {gap_text(target, gap)}",
-                           finding_detail(group, "op_gaps", target, gap={"op": gap.op, "note": gap.note}, dtype=dtype))
+                           finding_detail(group, "op_gaps", target, gap={"op": gap.op, "note": gap.note}, dtype=dtype),
+                           gelu_fix(kind))

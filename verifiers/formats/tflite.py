@@ -30,6 +30,7 @@ from verifiers.target_facts import (
     finding_detail,
     gap_op_and_dtypes,
     gap_text,
+    gelu_fix,
     locate,
     version_greater,
 )
@@ -161,7 +162,9 @@ def _check_tflite(model: TFLiteModel, target: Target) -> list[Incompatibility]:
                 "min_runtime_version": needed, "min_runtime_version_source": source,
                 "min_runtime_version_metadata": stored, "min_runtime_version_computed": computed,
                 "max_runtime_version": target.max_runtime_version, "ops": [list(o) for o in ops],
-                "fact": "max_runtime_version", "sources": fact_sources(target, "max_runtime_version")}))
+                "fact": "max_runtime_version", "sources": fact_sources(target, "max_runtime_version")},
+                # an export for the target writes GELU in a form it runs: what only GELU needed goes
+                fix="" if ops and {name for name, _ in ops} <= {"GELU"} else None))
 
     labels, site_of = _tflite_labels(model)
     gaps = [(gap, *gap_op_and_dtypes(gap)) for gap in target.op_gaps]
@@ -232,17 +235,18 @@ def _tflite_incompatibility(group: dict[str, Any], target: Target, lacks: str) -
         kind, where = locate(group, f"the GELU builtin (op version {version}, {kind_text})")
         return Incompatibility("gelu" if kind == "gelu" else "op",
                                f"{where}; {lacks} it {fact_text(target, f'gelu.{flag}', False)}",
-                               finding_detail(group, f"gelu.{flag}", target, version=version))
+                               finding_detail(group, f"gelu.{flag}", target, version=version), gelu_fix(kind))
     if reason == "sign":
         kind, where = locate(group, f"SIGN (op version {group['version']})")
         return Incompatibility(kind, f"{where}; {lacks} it {fact_text(target, 'gelu.sign_op', False)}",
-                               finding_detail(group, "gelu.sign_op", target))
+                               finding_detail(group, "gelu.sign_op", target), gelu_fix(kind))
     if reason == "tanh_chain":
         kind, where = locate(group, "the tanh formula as MUL/ADD/TANH builtins")
         return Incompatibility(kind, f"{where}; {lacks} it {fact_text(target, 'gelu.tanh_chain', False)}",
-                               finding_detail(group, "gelu.tanh_chain", target))
+                               finding_detail(group, "gelu.tanh_chain", target), gelu_fix(kind))
     gap = group["gap"]
     dtype = group.get("dtype")
     kind, where = locate(group, f"{op} on {dtype} input" if dtype else op)
     return Incompatibility(kind, f"{where}; {lacks} it {gap_text(target, gap)}",
-                           finding_detail(group, "op_gaps", target, gap={"op": gap.op, "note": gap.note}, dtype=dtype))
+                           finding_detail(group, "op_gaps", target, gap={"op": gap.op, "note": gap.note}, dtype=dtype),
+                           gelu_fix(kind))

@@ -24,6 +24,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from verifiers.naming import shown
+
 from .catalogue import FLAVOURS, OTHER_ACTIVATIONS, SiteFlavour
 from .int8 import TABLE_SIZE, referenced
 
@@ -126,7 +128,7 @@ def _scale_differs(src: SiteFlavour, art: SiteFlavour) -> bool:
 
 
 def describe(side: SiteFlavour) -> str:
-    return f"{side.site.site_id} ({side.site.op})"
+    return f"{shown(side.site.site_id)} ({side.site.op})"
 
 
 def _table_note(art: SiteFlavour, flavours: list[str]) -> str:

@@ -27,6 +27,7 @@ from verifiers.localize.align import DATA_MOVES, Anchor, admissible, align, dial
 from verifiers.localize.graph import ArtifactGraph, open_graph
 from verifiers.localize.layouts import ValueIndex, max_abs, scale
 from verifiers.localize.trace import MOVES, SourceTrace
+from verifiers.naming import shown
 
 PATH_LENGTH = 5  # steps listed after the first divergence
 # Ops whose output holds their input's values in another shape: never where an error starts.
@@ -99,13 +100,13 @@ class Divergence:
         first = self.first
         if first is not None:
             where = f" ({first.source})" if first.source else ""
-            return (f"first divergence: {first.op_type} {first.node} in {first.module or '<root>'}{where}: "
+            return (f"first divergence: {first.op_type} {shown(first.node)} in {first.module or '<root>'}{where}: "
                     f"introduces max abs err {first.introduced_max_abs:.3g}")
         over = [p for p in self.profile if p.max_abs > p.tolerance]
         if over:
             worst = max(over, key=lambda p: p.max_abs)
             return (f"no op introduces more than float32 rounding: the difference accumulates over {len(over)} "
-                    f"aligned tensor(s), up to max abs err {worst.max_abs:.3g} at {worst.node}")
+                    f"aligned tensor(s), up to max abs err {worst.max_abs:.3g} at {shown(worst.node)}")
         if red:
             return (f"no op introduces more than float32 rounding and all {self.aligned} aligned tensor(s) stay within "
                     "it: the outputs differ by rounding alone")
