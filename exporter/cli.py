@@ -19,7 +19,6 @@ from typing import Annotated, Optional
 
 import typer
 
-from exporter.model_tasks import TASKS
 from verifiers.errors import ExportgateError, Terminated
 from verifiers.quiet import hide_framework_logs, show_framework_output
 from verifiers.report import LIST_CAP
@@ -31,26 +30,27 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
 
 # Reusable option groups (shared by export and verify).
 InputOption = Annotated[list[str], typer.Option(
-    "--input", help="NAME:SHAPE:DTYPE[:LOW..HIGH], e.g. input_ids:2x16:int64:0..1000 (HIGH exclusive). Repeatable.")]
+    "--input", metavar="NAME:SHAPE:DTYPE[:LOW..HIGH]", help="NAME:SHAPE:DTYPE[:LOW..HIGH], e.g. input_ids:2x16:int64:0..1000 (HIGH exclusive). Repeatable.")]
 AtolOption = Annotated[list[str], typer.Option(
-    "--atol", help="Absolute tolerance: a number for every output, or NAME=NUMBER for one. Repeatable.")]
+    "--atol", metavar="[NAME=]NUMBER", help="Absolute tolerance: a number for every output, or NAME=NUMBER for one. Repeatable.")]
 RtolOption = Annotated[list[str], typer.Option(
-    "--rtol", help="Relative tolerance: a number for every output, or NAME=NUMBER for one. Repeatable.")]
-SeedOption = Annotated[int, typer.Option("--seed", help="Seed for the random verification batches.")]
-BatchesOption = Annotated[int, typer.Option("--batches", min=0, help="Random batches besides the example inputs.")]
-ReportOption = Annotated[Optional[Path], typer.Option("--report", help="Write the JSON report here.")]
+    "--rtol", metavar="[NAME=]NUMBER", help="Relative tolerance: a number for every output, or NAME=NUMBER for one. Repeatable.")]
+SeedOption = Annotated[int, typer.Option("--seed", metavar="N", help="Seed for the random verification batches.")]
+BatchesOption = Annotated[int, typer.Option("--batches", metavar="N", min=0, help="Random batches besides the example inputs.")]
+ReportOption = Annotated[Optional[Path], typer.Option("--report", metavar="PATH", help="Write the JSON report here.")]
 JunitOption = Annotated[Optional[Path], typer.Option(
-    "--junit", help="Write a JUnit XML report here: one test case per check (export, each output, each GELU "
+    "--junit", metavar="PATH", help="Write a JUnit XML report here: one test case per check (export, each output, each GELU "
     "site, each target check), for CI test views.")]
 SummaryOption = Annotated[Optional[Path], typer.Option(
-    "--summary", help="Write a Markdown summary here (verdict, the job, every failure). On GitHub Actions it is "
+    "--summary", metavar="PATH", help="Write a Markdown summary here (verdict, the job, every failure). On GitHub Actions it is "
     "also appended to $GITHUB_STEP_SUMMARY.")]
 HtmlOption = Annotated[Optional[Path], typer.Option(
-    "--html", help="Write an HTML report here: one self-contained page with the verdict, the error histogram "
+    "--html", metavar="PATH", help="Write an HTML report here: one self-contained page with the verdict, the error histogram "
     "of each output and a plot of each GELU site against the flavours.")]
 GeluGuardOption = Annotated[bool, typer.Option(
     "--no-gelu-guard", help="Do not check the GELU sites (the report records it). Without it, a source "
@@ -59,19 +59,21 @@ NonfiniteOption = Annotated[bool, typer.Option(
     "--allow-nonfinite", help="Accept NaN and Inf in the source's outputs where the artifact has the same value "
     "at the same position. Without it they fail the comparison.")]
 TimeoutOption = Annotated[Optional[float], typer.Option(
-    "--timeout", min=0.001, help="Seconds a runtime may take for one step on the artifact (a load, a batch, the "
+    "--timeout", metavar="SECONDS", min=0.001, help="Seconds a runtime may take for one step on the artifact (a load, a batch, the "
     "GELU probes) before the run fails with exit 4. Default 900.")]
 MemoryOption = Annotated[Optional[float], typer.Option(
-    "--memory-limit", min=0.01, help="GiB of address space the runtime's worker process may use. Default: the "
+    "--memory-limit", metavar="GIB", min=0.01, help="GiB of address space the runtime's worker process may use. Default: the "
     "machine's RAM.")]
 TrustSourceOption = Annotated[bool, typer.Option(
     "--trust-source", help="Load a model file whose loading can run code it carries (a .pt2: torch.export.load "
     "unpickles; a model folder's pickled weights or its own code). Without it such files are refused.")]
 TaskOption = Annotated[Optional[str], typer.Option(
-    "--task", help=f"A transformers model folder's task ({', '.join(TASKS)}). Default: the one its config's "
-    "architecture does (a causal LM: text-generation-with-past).")]
+    "--task", metavar="TASK", help="A transformers model folder's task, e.g. text-classification (an unknown one "
+    "lists them all). Default: the one its config's architecture does (a causal LM's: the one with past).")]
+
+
 MatrixOption = Annotated[Optional[Path], typer.Option(
-    "--matrix", help="A YAML file of targets that adds to or overrides opset_matrix.yaml.")]
+    "--matrix", metavar="FILE", help="A YAML file of targets that adds to or overrides opset_matrix.yaml.")]
 
 
 LocalizeOption = Annotated[Optional[bool], typer.Option(
@@ -79,9 +81,9 @@ LocalizeOption = Annotated[Optional[bool], typer.Option(
     help="Find where the artifact first departs from the source: the op, its module and source line, and the "
     "error it introduces itself. Default: on a run whose outputs differ; --localize on a green run too.")]
 MinSqnrOption = Annotated[Optional[float], typer.Option(
-    "--min-sqnr", help="int8 artifacts: the lowest SQNR in dB an output may have (default 20).")]
+    "--min-sqnr", metavar="DB", help="int8 artifacts: the lowest SQNR in dB an output may have (default 20).")]
 MinTop1Option = Annotated[Optional[float], typer.Option(
-    "--min-top1", min=0.0, max=1.0,
+    "--min-top1", metavar="FRACTION", min=0.0, max=1.0,
     help="int8 artifacts: the lowest top-1 agreement with the source for outputs over classes (default 0.95).")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print the report as JSON on stdout.")]
 FullListsOption = Annotated[bool, typer.Option(
@@ -245,35 +247,35 @@ def hide_framework_chatter() -> None:
 
 @app.command()
 def export(
-    model: Annotated[str, typer.Argument(help="file.py:callable, model.keras, model.pt2 or a transformers "
+    model: Annotated[str, typer.Argument(metavar="MODEL", help="file.py:callable, model.keras, model.pt2 or a transformers "
                                               "model folder (save_pretrained)")],
-    to: Annotated[str, typer.Option("--to", help="Artifact format: onnx or tflite.")],
-    out: Annotated[Path, typer.Option("--out", help="Where the verified artifact goes.")],
-    opset: Annotated[Optional[int], typer.Option("--opset", help="ONNX opset (default domain) to export at.")] = None,
+    to: Annotated[str, typer.Option("--to", metavar="onnx|tflite", help="Artifact format: onnx or tflite.")],
+    out: Annotated[Path, typer.Option("--out", metavar="PATH", help="Where the verified artifact goes.")],
+    opset: Annotated[Optional[int], typer.Option("--opset", metavar="N", help="ONNX opset (default domain) to export at.")] = None,
     exporter: Annotated[str, typer.Option(
-        "--exporter", help="auto, or force one: dynamo, torchscript (PyTorch -> ONNX), tf2onnx (Keras -> ONNX), "
+        "--exporter", metavar="NAME", help="auto, or force one: dynamo, torchscript (PyTorch -> ONNX), tf2onnx (Keras -> ONNX), "
         "tflite-converter (Keras -> TFLite), litert-torch (PyTorch -> TFLite).")] = "auto",
     quantize: Annotated[Optional[str], typer.Option(
-        "--quantize", help="int8 (full-integer post-training quantization, every route); TFLite also fp16 "
+        "--quantize", metavar="int8|fp16|dynamic-int8", help="int8 (full-integer post-training quantization, every route); TFLite also fp16 "
         "(float16 weights) or dynamic-int8 (dynamic-range int8).")] = None,
     io: Annotated[str, typer.Option(
-        "--io", help="With --quantize int8: the artifact's input and output types, float, int8 or uint8 (TFLite).")
+        "--io", metavar="float|int8|uint8", help="With --quantize int8: the artifact's input and output types, float, int8 or uint8 (TFLite).")
     ] = "float",
     calibration: Annotated[Optional[str], typer.Option(
-        "--calibration", help="With --quantize int8: calibration data, an .npz of arrays by input name, a folder of "
+        "--calibration", metavar="DATA", help="With --quantize int8: calibration data, an .npz of arrays by input name, a folder of "
         ".npz/.npy files, or file.py:callable yielding feed dicts (default: seeded random batches).")] = None,
     allow_float_ops: Annotated[bool, typer.Option(
         "--allow-float-ops", help="With --quantize int8: let ops without an int8 kernel stay float (the report "
         "lists them) instead of failing.")] = False,
     target: Annotated[Optional[str], typer.Option(
-        "--target", help="Export for this runtime or device (see `exportgate targets`), and check the artifact "
+        "--target", metavar="NAME", help="Export for this runtime or device (see `exportgate targets`), and check the artifact "
         "against it before writing it.")] = None,
     gelu: Annotated[str, typer.Option(
-        "--gelu", help="preserve: each GELU keeps its flavour, in a form the target runs; tanh: write every GELU "
+        "--gelu", metavar="preserve|tanh|native", help="preserve: each GELU keeps its flavour, in a form the target runs; tanh: write every GELU "
         "as tanh (declared); native: demand the native GELU op.")] = "preserve",
     matrix: MatrixOption = None,
     inputs: InputOption = [],
-    dynamic: Annotated[list[str], typer.Option("--dynamic", help="NAME:AXIS[:MIN..MAX]: make an input axis dynamic (verified at several sizes within MIN..MAX).")] = [],
+    dynamic: Annotated[list[str], typer.Option("--dynamic", metavar="NAME:AXIS[:MIN..MAX]", help="NAME:AXIS[:MIN..MAX]: make an input axis dynamic (verified at several sizes within MIN..MAX).")] = [],
     atol: AtolOption = [],
     rtol: RtolOption = [],
     seed: SeedOption = 0,
@@ -315,11 +317,11 @@ def export(
 
 @app.command()
 def verify(
-    artifact: Annotated[Path, typer.Argument(help="The .onnx or .tflite artifact to check.")],
-    source: Annotated[str, typer.Option("--source", help="The source model: file.py:callable, .keras, .pt2 or a "
+    artifact: Annotated[Path, typer.Argument(metavar="ARTIFACT", help="The .onnx or .tflite artifact to check.")],
+    source: Annotated[str, typer.Option("--source", metavar="MODEL", help="The source model: file.py:callable, .keras, .pt2 or a "
                                                           "transformers model folder.")],
     runtime: Annotated[Optional[str], typer.Option(
-        "--runtime", help="The runtime to run ARTIFACT in (default: the one its format names: onnxruntime for "
+        "--runtime", metavar="NAME", help="The runtime to run ARTIFACT in (default: the one its format names: onnxruntime for "
         "ONNX, ai-edge-litert for TFLite).")] = None,
     inputs: InputOption = [],
     atol: AtolOption = [],
@@ -358,8 +360,8 @@ def verify(
 
 @app.command()
 def check(
-    artifact: Annotated[Path, typer.Argument(help="The .onnx or .tflite artifact, from any tool.")],
-    target: Annotated[str, typer.Option("--target", help="The runtime or device (see `exportgate targets`).")],
+    artifact: Annotated[Path, typer.Argument(metavar="ARTIFACT", help="The .onnx or .tflite artifact, from any tool.")],
+    target: Annotated[str, typer.Option("--target", metavar="NAME", help="The runtime or device (see `exportgate targets`).")],
     matrix: MatrixOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     report: ReportOption = None,
@@ -381,6 +383,7 @@ def check(
 
 
 ConfigArgument = Annotated[Optional[Path], typer.Argument(
+    metavar="[CONFIG]",
     help="The config: exportgate.toml (default), or a pyproject.toml with [tool.exportgate].")]
 
 
@@ -388,17 +391,17 @@ ConfigArgument = Annotated[Optional[Path], typer.Argument(
 def run(
     config: ConfigArgument = None,
     out_dir: Annotated[Optional[Path], typer.Option(
-        "--out-dir", help="Where each job's folder goes (OUT_DIR/MODEL/ARTIFACT). Default: the config's "
+        "--out-dir", metavar="DIR", help="Where each job's folder goes (OUT_DIR/MODEL/ARTIFACT). Default: the config's "
         "out_dir, else exportgate-out.")] = None,
-    jobs: Annotated[Optional[int], typer.Option("--jobs", min=1, help="Jobs at a time. Default: the cores.")] = None,
-    only: Annotated[list[str], typer.Option("--only", help="Run this job (MODEL/ARTIFACT). Repeatable.")] = [],
+    jobs: Annotated[Optional[int], typer.Option("--jobs", metavar="N", min=1, help="Jobs at a time. Default: the cores.")] = None,
+    only: Annotated[list[str], typer.Option("--only", metavar="JOB", help="Run this job (MODEL/ARTIFACT). Repeatable.")] = [],
     shard: Annotated[Optional[str], typer.Option(
-        "--shard", help="Run slice I of N (1-based) of the jobs, e.g. 2/4.")] = None,
+        "--shard", metavar="I/N", help="Run slice I of N (1-based) of the jobs, e.g. 2/4.")] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Export every job, cached or not.")] = False,
     cache_dir: Annotated[Optional[Path], typer.Option(
-        "--cache-dir", help="The cache of job results. Default: $XDG_CACHE_HOME/exportgate.")] = None,
+        "--cache-dir", metavar="DIR", help="The cache of job results. Default: $XDG_CACHE_HOME/exportgate.")] = None,
     job_timeout: Annotated[Optional[float], typer.Option(
-        "--job-timeout", min=0.001, help="Seconds a job may take; past them it fails.")] = None,
+        "--job-timeout", metavar="SECONDS", min=0.001, help="Seconds a job may take; past them it fails.")] = None,
     timeout: TimeoutOption = None,
     memory_limit: MemoryOption = None,
     report: ReportOption = None,
@@ -423,7 +426,7 @@ def run(
 def plan(
     config: ConfigArgument = None,
     fmt: Annotated[str, typer.Option(
-        "--format", help="json (the job ids), github (strategy.matrix: {include: [{job}]}) or gitlab "
+        "--format", metavar="json|github|gitlab", help="json (the job ids), github (strategy.matrix: {include: [{job}]}) or gitlab "
         "(parallel:matrix with EXPORTGATE_JOB).")] = "json",
 ) -> None:
     """Print the config's job matrix as JSON, for a CI system to fan the jobs out."""
@@ -434,7 +437,7 @@ def plan(
 
 @app.command()
 def merge(
-    folders: Annotated[list[Path], typer.Argument(help="Output folders of runs or shards (each holds "
+    folders: Annotated[list[Path], typer.Argument(metavar="DIR...", help="Output folders of runs or shards (each holds "
                                                        "MODEL/ARTIFACT/report.json).")],
     report: ReportOption = None,
     junit: JunitOption = None,
@@ -533,7 +536,7 @@ def targets(
 
 @app.command()
 def inspect(
-    artifact: Annotated[Path, typer.Argument(help="The artifact to describe.")],
+    artifact: Annotated[Path, typer.Argument(metavar="ARTIFACT", help="The artifact to describe.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
     timeout: TimeoutOption = None,
     memory_limit: MemoryOption = None,

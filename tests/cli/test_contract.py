@@ -186,6 +186,24 @@ def test_the_dynamo_routes_highest_opset_is_onnxscripts():
     assert DYNAMO_MAX_OPSET == _version_converter.SUPPORTED_MAX_ONNX_OPSET
 
 
+@pytest.mark.parametrize("command", ["export", "verify", "check", "run", "plan", "merge", "targets", "inspect"])
+def test_help_reads_at_80_columns(cli, command):
+    """Where CI shows it (a pipe, 80 columns): no line past the width, and every option's syntax
+    whole on its line."""
+    import typer.main
+
+    from exporter.cli import app
+
+    result = cli(command, "--help", env={"COLUMNS": "80"})
+    assert result.returncode == 0
+    lines = result.stdout.splitlines()
+    assert all(len(line) <= 80 for line in lines), [line for line in lines if len(line) > 80]
+    for param in typer.main.get_command(app).commands[command].params:
+        if param.param_type_name == "option" and not param.is_flag:
+            syntax = f"{param.opts[0]} {param.metavar}"
+            assert any(line.strip().startswith(syntax) for line in lines), (syntax, result.stdout)
+
+
 def test_usage_error_is_exit_2(cli):
     assert cli("export").returncode == 2
     assert cli("frobnicate").returncode == 2
