@@ -66,7 +66,8 @@ MemoryOption = Annotated[Optional[float], typer.Option(
     "machine's RAM.")]
 TrustSourceOption = Annotated[bool, typer.Option(
     "--trust-source", help="Load a model file whose loading can run code it carries (a .pt2: torch.export.load "
-    "unpickles; a model folder's pickled weights or its own code). Without it such files are refused.")]
+    "unpickles; a .keras with a Lambda layer; a model folder's pickled weights or its own code). Without it such "
+    "files are refused.")]
 TaskOption = Annotated[Optional[str], typer.Option(
     "--task", metavar="TASK", help="A transformers model folder's task, e.g. text-classification (an unknown one "
     "lists them all). Default: the one its config's architecture does (a causal LM's: the one with past).")]

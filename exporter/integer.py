@@ -75,7 +75,8 @@ def record_precision(report: Report, artifact: Artifact, limits: IntegerThreshol
     if precision.mode in INTEGER_MODES:  # (in a float or float-weight artifact every op computes in float)
         report.quantization["float_ops"] = [asdict(op) for op in precision.float_ops]
         violations = artifact.int8_spec_violations()
-        report.quantization["spec_violations"] = [asdict(v) for v in violations]
+        if violations is not None:
+            report.quantization["spec_violations"] = [asdict(v) for v in violations]
         if violations:
             report.notes.append(f"{len(violations)} departure(s) from the int8 quantization spec, first: "
                                 f"{violations[0].message}")

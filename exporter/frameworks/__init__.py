@@ -31,13 +31,19 @@ class Framework:
     # load only with --trust-source.
     load_runs_code: str | None = None
 
+    def code_in(self, path: Path) -> str | None:
+        """Why loading the model file at `path` would run code it carries (None: it would not);
+        by default the framework's load_runs_code, whatever the file holds."""
+        return self.load_runs_code
+
     def prepare(self) -> None:
         """Set what the framework reads at import (environment variables), before anything imports it."""
 
     def owns(self, obj: Any) -> bool:
         raise NotImplementedError
 
-    def load_file(self, path: Path) -> Any:
+    def load_file(self, path: Path, trusted: bool = False) -> Any:
+        """The model in the file; `trusted`: --trust-source, so code the file carries may run."""
         raise NotImplementedError
 
     def make_source(
@@ -145,9 +151,10 @@ def load_source(
             if not path.exists():
                 raise BadInput(f"{spec}: no such file")
             framework = framework_for_file(path)
-            if framework.load_runs_code and not trust_source:
-                raise BadInput(f"{spec}: {framework.load_runs_code}; pass --trust-source to load a file you trust")
-            model, example = framework.load_file(path), None
+            code = framework.code_in(path)
+            if code and not trust_source:
+                raise BadInput(f"{spec}: {code}; pass --trust-source to load a file you trust")
+            model, example = framework.load_file(path, trusted=trust_source), None
     source = framework.make_source(spec, model, example, input_specs, default_inputs or list)
     apply_input_specs(source, input_specs, source.dynamic)
     # The spec file always: a module loaded before in this process may be re-run from its bytecode.

@@ -27,7 +27,7 @@ class TorchFramework(Framework):
         torch = sys.modules.get("torch")
         return torch is not None and (isinstance(obj, torch.nn.Module) or is_exported_program(obj))
 
-    def load_file(self, path: Path) -> Any:
+    def load_file(self, path: Path, trusted: bool = False) -> Any:
         torch = self.require("torch")
         try:
             return torch.export.load(str(path))

@@ -154,3 +154,39 @@ def test_a_pt2_is_not_unpickled_without_trust_source(cli, tmp_path, command):
     # The file really is hostile: trusted, loading it runs its payload.
     cli(*args[command], "--trust-source")
     assert marker.exists()
+
+
+def _keras_with_lambda(folder, marker):
+    """A .keras file whose Lambda layer writes `marker` when it runs."""
+    from exporter.frameworks.keras_framework import prepare_keras_environment
+
+    prepare_keras_environment()
+    import keras
+
+    inputs = keras.Input((4,), batch_size=2, name="x")
+    payload = eval(f"lambda t: t + 0 * __import__('pathlib').Path({str(marker)!r}).write_text('ran')")
+    hostile = keras.layers.Lambda(payload, output_shape=(2,), name="payload")
+    path = folder / "model.keras"
+    keras.Model(inputs, hostile(keras.layers.Dense(2)(inputs))).save(path)
+    marker.unlink(missing_ok=True)  # building the model ran it once, here
+    return path
+
+
+def test_a_keras_file_with_a_lambda_is_not_loaded_without_trust_source(cli, tmp_path):
+    """Keras stores a Lambda's function as Python bytecode: the file is refused before it loads,
+    naming the layer; trusted, Keras loads it without safe_mode and its code runs."""
+    marker = tmp_path / "code-ran"
+    crafted = _keras_with_lambda(tmp_path, marker)
+    result = cli("export", crafted, "--to", "onnx", "--out", "m.onnx")
+    assert result.returncode == 2, result.stderr
+    last = result.stderr.splitlines()[-1]
+    assert "Lambda layer payload" in last and last.endswith("pass --trust-source to load a file you trust")
+    assert not marker.exists()
+    from exporter.frameworks.keras_framework import KerasFramework
+    from verifiers.errors import BadInput
+
+    with pytest.raises(BadInput, match="not a loadable Keras model"):  # and below the scan, Keras' safe_mode
+        KerasFramework().load_file(crafted)
+    assert not marker.exists()
+    cli("export", crafted, "--to", "onnx", "--out", "m.onnx", "--trust-source")
+    assert marker.exists()

@@ -67,10 +67,10 @@ class Artifact:
         outputs' quantization and every op that computes on a float tensor."""
         raise NotImplementedError
 
-    def int8_spec_violations(self) -> list:
-        """Where a quantized artifact departs from its format's int8 quantization spec (none stated
-        by default)."""
-        return []
+    def int8_spec_violations(self) -> list | None:
+        """Where a quantized artifact departs from its format's int8 quantization spec; None where
+        no such spec is checked (the report then has no spec_violations field)."""
+        return None
 
     def check_target(self, target: Any) -> list:
         """Every incompatibility (verifiers.target_check.Incompatibility) with a target
