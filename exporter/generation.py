@@ -187,8 +187,9 @@ def judge_generation(report: Report, generation: Generation, logits: list[np.nda
         tokens, expected = found.argmax(-1), generation.tokens[:, index]
         where = "prefill" if index == 0 else f"decode step {index}"
         where += f" (past length {step.past_length})"
-        steps.append({"step": index, "past_length": step.past_length, "max_abs_err": worst,
-                      "tokens": tokens.tolist(), "expected_tokens": expected.tolist()})
+        entry = {"step": index, "past_length": step.past_length, "max_abs_err": worst,
+                 "tokens": tokens.tolist(), "expected_tokens": expected.tolist(), "tied_rows": []}
+        steps.append(entry)
         if (error > allowed).any():
             report.fail("numeric", f"generate: {where}: output logits: max abs err {worst:.3g} (atol {tolerance.atol:g}, "
                                    f"rtol {tolerance.rtol:g}) against transformers' generate",
@@ -196,6 +197,7 @@ def judge_generation(report: Report, generation: Generation, logits: list[np.nda
         for row in np.flatnonzero(tokens != expected):
             best = np.sort(step.logits[row])[-2:]
             if best[1] - best[0] <= worst:
+                entry["tied_rows"].append(int(row))
                 report.notes.append(f"generate: {where}: row {row} picks token {tokens[row]}, transformers "
                                     f"{expected[row]}: their logits tie within the artifact's error ({worst:.3g})")
             else:

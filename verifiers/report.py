@@ -208,7 +208,8 @@ class Report:
     divergence: dict[str, Any] = field(default_factory=dict)
     # A decoder with past run as generation runs it (exporter.generation): prompt_length,
     # decode_steps, tokens (transformers' generate), steps [{step, past_length, max_abs_err, tokens,
-    # expected_tokens}].
+    # expected_tokens, tied_rows: the rows whose token differs where the top two logits tie within
+    # the artifact's error (a note, not a failure)}].
     generation: dict[str, Any] = field(default_factory=dict)
     failures: list[Finding] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
