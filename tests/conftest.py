@@ -1,37 +1,23 @@
-"""The CLI runner and the environment of every interpreter the tests start. Models are built in
-code (fixtures/models); nothing is downloaded."""
+"""The CLI fixture, the environment every test starts from, and what a test does when a tool it
+needs is missing. Models are built in code (fixtures/models); nothing is downloaded; every child
+process starts through fixtures/children.py."""
 
 import os
-import subprocess
-import sys
-from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from fixtures.children import REPO, child_env, run_cli  # noqa: F401 - re-exported for the tests
 
-# What a child interpreter inherits from the machine, read once as the suite starts. Nothing else
-# of the pytest process's environment passes: tests and the frameworks they load set variables
-# in-process (TF_CPP_MIN_LOG_LEVEL, KERAS_BACKEND), and the shell or a CI runner may export any
-# (GITHUB_ACTIONS and GITHUB_STEP_SUMMARY would make children annotate and write job summaries).
-_MACHINE = {name: os.environ[name] for name in ("PATH", "HOME", "TMPDIR") if name in os.environ}
+REQUIRE_TOOLS = "EXPORTGATE_REQUIRE_TOOLS"  # .ci/run sets it: it installs every tool a test needs
 
 
-def child_env(**variables: str) -> dict[str, str]:
-    """The environment of an interpreter a test starts: the machine's PATH, HOME and TMPDIR, a UTF-8
-    locale, exportgate on PYTHONPATH, and `variables` (the test's own, stated where it starts it)."""
-    return {**_MACHINE, "LANG": "C.UTF-8", "PYTHONPATH": str(REPO), **variables}
-
-
-def run_cli(*args, cwd, prelude: str = "", timeout: float = 600, env: dict[str, str] | None = None,
-            ) -> subprocess.CompletedProcess:
-    """Run `exportgate ARGS` in a fresh interpreter with child_env(**env); `prelude` runs first
-    (e.g. to hide a module)."""
-    code = f"{prelude}\nfrom exporter.cli import main\nmain()"
-    return subprocess.run(
-        [sys.executable, "-c", code, *map(str, args)], cwd=cwd, env=child_env(**(env or {})), capture_output=True,
-        text=True, timeout=timeout,
-    )
+def tool_missing(what: str) -> NoReturn:
+    """A tool a test needs is not on this machine: the test fails where REQUIRE_TOOLS is set (CI
+    installs every tool), and elsewhere skips saying what to install."""
+    if os.environ.get(REQUIRE_TOOLS):
+        pytest.fail(f"{what} ({REQUIRE_TOOLS} is set: a missing tool is a failure)")
+    pytest.skip(what)
 
 
 @pytest.fixture

@@ -2,9 +2,10 @@
 exporter; runtimes and formats never import the GELU verdict; the CLI is the only importer of
 typer. lint-imports reads the code's imports, function-level ones included."""
 
-import subprocess
 import sys
 from pathlib import Path
+
+from fixtures.children import run_child
 
 REPO = Path(__file__).resolve().parents[1]
 CONTRACTS = (
@@ -15,8 +16,7 @@ CONTRACTS = (
 
 
 def test_the_import_contracts_hold():
-    result = subprocess.run([str(Path(sys.executable).parent / "lint-imports"), "--no-cache"], cwd=REPO,
-                            capture_output=True, text=True, timeout=300)
+    result = run_child([Path(sys.executable).parent / "lint-imports", "--no-cache"], cwd=REPO, timeout=300)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     for contract in CONTRACTS:
         assert f"{contract} KEPT" in result.stdout, result.stdout[-4000:]

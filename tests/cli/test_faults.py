@@ -5,14 +5,13 @@ really exported and failed."""
 import hashlib
 import json
 import signal
-import subprocess
 import sys
 import time
 
 import pytest
 
 from fixtures.specs import torch_model
-from tests.conftest import child_env, run_cli
+from fixtures.children import PIPE, run_cli, start_child
 
 STALL_FOLDER_VARIABLE = "EXPORTGATE_TEST_STALL"  # fixtures.models.torch_models' (not imported: no torch here)
 
@@ -23,12 +22,11 @@ def _start(tmp_path, *args, stall=None):
     # Ctrl-C reaches exportgate as it does from a terminal, even when this suite runs where SIGINT
     # is ignored (a background job of a shell without job control), which a child inherits.
     code = "import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)\nfrom exporter.cli import main\nmain()"
-    env = child_env()
+    env = {}
     if stall is not None:
         stall.mkdir(exist_ok=True)
         env[STALL_FOLDER_VARIABLE] = str(stall)
-    return subprocess.Popen([sys.executable, "-c", code, *map(str, args)], cwd=tmp_path, env=env,
-                            stderr=subprocess.PIPE, text=True)
+    return start_child([sys.executable, "-c", code, *args], cwd=tmp_path, env=env, stderr=PIPE, text=True)
 
 
 def _wait_until_stalled(process, stall, timeout=600):

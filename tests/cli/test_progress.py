@@ -5,11 +5,10 @@ import json
 import os
 import pty
 import re
-import subprocess
 import sys
 
 from fixtures.specs import torch_model
-from tests.conftest import child_env
+from fixtures.children import start_child
 
 STEP_LINE = re.compile(r"^exportgate: \d\d:\d\d:\d\d \S")
 
@@ -27,10 +26,10 @@ def test_a_log_gets_one_timestamped_line_per_step_and_quiet_gets_none(cli):
 
 def test_a_terminal_gets_the_step_and_a_bar_of_the_gelu_probes(tmp_path):
     controller, terminal = pty.openpty()
-    process = subprocess.Popen(
+    process = start_child(
         [sys.executable, "-c", "from exporter.cli import main; main()", "export", torch_model("mlp_exact"), "--to",
          "onnx", "--opset", "17", "--out", "m.onnx"], stdin=terminal, stdout=terminal, stderr=terminal, cwd=tmp_path,
-        env=child_env(TERM="xterm-256color", COLUMNS="140"))
+        env={"TERM": "xterm-256color", "COLUMNS": "140"})
     os.close(terminal)
     shown = b""
     while True:

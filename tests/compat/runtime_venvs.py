@@ -20,7 +20,6 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -101,15 +100,20 @@ def _base_interpreter(spec: RuntimeSpec) -> tuple[str, str]:
     command = shutil.which(spec.interpreter)
     if command is None:
         raise Unavailable(f"{spec.interpreter} is not on PATH (needed for {spec.describe()})")
-    env = {**os.environ, **spec.env}
-    probe = subprocess.run(
-        [command, "-c", "import sys, platform; print(sys.executable); print(platform.python_version())"],
-        env=env, capture_output=True, text=True, timeout=60,
-    )
+    probe = _run([command, "-c", "import sys, platform; print(sys.executable); print(platform.python_version())"],
+                 env=dict(spec.env), timeout=60)
     if probe.returncode != 0:
         raise Unavailable(f"{spec.describe()}: interpreter does not start: {_one_line(probe.stderr)}")
     executable, version = probe.stdout.split()[:2]
     return executable, version
+
+
+def _run(command: list, timeout: float, env: dict | None = None):
+    """A child of the test process (fixtures.children, imported here: this file's top level runs
+    inside the old runtimes' venvs too)."""
+    from fixtures.children import run_child
+
+    return run_child(command, timeout=timeout, env=env)
 
 
 def _pip_install(python: str, requirements: tuple[str, ...], log: Path) -> None:
@@ -117,7 +121,7 @@ def _pip_install(python: str, requirements: tuple[str, ...], log: Path) -> None:
     # the venv needs no pip of its own, which saves the ensurepip step.
     cmd = [sys.executable, "-m", "pip", "--python", python, "install", "--no-deps", "--disable-pip-version-check",
            "--no-input", "--progress-bar", "off", *requirements]
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    result = _run(cmd, timeout=900)
     log.write_text(f"$ {' '.join(cmd)}\n{result.stdout}\n{result.stderr}", encoding="utf-8")
     if result.returncode != 0:
         text = result.stdout + result.stderr
@@ -151,16 +155,14 @@ def runtime_venv(spec: RuntimeSpec) -> Path:
             return venv
         shutil.rmtree(venv, ignore_errors=True)  # a half-built one from an interrupted run
         start = time.perf_counter()
-        made = subprocess.run([executable, "-m", "venv", "--without-pip", str(venv)],
-                              capture_output=True, text=True, timeout=300)
+        made = _run([executable, "-m", "venv", "--without-pip", str(venv)], timeout=300)
         if made.returncode != 0:
             raise Unavailable(f"{spec.describe()}: cannot create a venv: {_one_line(made.stderr)}")
         python = str(venv / "bin" / "python")
         try:
             _pip_install(python, spec.requirements, root / f"{venv.name}.pip.log")
             module = spec.check_module or RUNTIME_KINDS[spec.kind][0]
-            check = subprocess.run([python, "-I", "-c", f"import {module}"], capture_output=True, text=True,
-                                   timeout=120)
+            check = _run([python, "-I", "-c", f"import {module}"], timeout=120)
             if check.returncode != 0:
                 raise RuntimeError(f"{spec.describe()}: import {module} fails: {_one_line(check.stderr)}")
         except BaseException:
@@ -201,15 +203,11 @@ def run_model(venv: Path, kind: str, model: Path, inputs: list, save_graph: Path
             path = work / f"in{i}.npy"
             np.save(path, np.asarray(array))
             names.append(str(path))
-        # ALLOW_RELEASED_ONNX_OPSET_ONLY=0 would make onnxruntime load opsets it calls unreleased.
-        env = {k: v for k, v in os.environ.items() if k not in ("ALLOW_RELEASED_ONNX_OPSET_ONLY", "PYTHONPATH")}
-        if save_graph is not None:
-            env["EXPORTGATE_SAVE_GRAPH"] = str(save_graph)
-        proc = subprocess.run(
-            [str(venv / "bin" / "python"), "-I", str(Path(__file__).resolve()), "run", kind, str(model), str(work),
-             *names],
-            capture_output=True, text=True, timeout=timeout, env=env,
-        )
+        # (the child's environment holds no ALLOW_RELEASED_ONNX_OPSET_ONLY, which set to 0 would make
+        # onnxruntime load opsets it calls unreleased; -I keeps PYTHONPATH out)
+        env = {"EXPORTGATE_SAVE_GRAPH": str(save_graph)} if save_graph is not None else {}
+        proc = _run([str(venv / "bin" / "python"), "-I", str(Path(__file__).resolve()), "run", kind, str(model),
+                     str(work), *names], timeout=timeout, env=env)
         report_path = work / "report.json"
         if not report_path.is_file():
             raise RuntimeError(f"runner crashed (exit {proc.returncode}): {_one_line(proc.stderr, 2000)}")

@@ -8,6 +8,7 @@ from exporter import api
 from exporter.frameworks import load_source
 from exporter.sources import make_batches
 from fixtures.specs import keras_model, torch_model
+from tests.conftest import tool_missing
 from verifiers.target_facts import version_greater
 from verifiers.tflite_model import load_tflite
 
@@ -16,7 +17,7 @@ def venv_of(spec):
     try:
         return runtime_venv(spec)
     except Unavailable as exc:
-        pytest.skip(f"{spec.describe()} cannot be had here: {exc}")
+        tool_missing(f"{spec.describe()} cannot be had here: {exc}")
 
 
 @pytest.mark.slow

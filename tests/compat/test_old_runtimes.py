@@ -28,6 +28,7 @@ from runtime_venvs import (
     runtime_venv,
 )
 
+from tests.conftest import tool_missing
 from verifiers.target_matrix import load_targets
 from verifiers.tflite_model import load_tflite, used_ops
 
@@ -55,7 +56,7 @@ def venv_of(spec: RuntimeSpec):
     try:
         return runtime_venv(spec)
     except Unavailable as exc:
-        pytest.skip(f"{spec.describe()} cannot be had here: {exc}")
+        tool_missing(f"{spec.describe()} cannot be had here: {exc}")
 
 
 def confirms(fact: str, *targets: str):

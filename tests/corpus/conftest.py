@@ -4,7 +4,6 @@ keras-hub installs into a cached folder put on sys.path (`fixtures.zoo.ensure_ke
 runs in a cached Python 3.12 venv (tests/compat/runtime_venvs.py).
 """
 
-import subprocess
 import sys
 from pathlib import Path
 
@@ -15,6 +14,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "compat"))
 from runtime_venvs import ONNX2TF, Unavailable, runtime_venv  # noqa: E402
 
 from fixtures import zoo  # noqa: E402
+from fixtures.children import run_child  # noqa: E402
+from tests.conftest import tool_missing  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -29,16 +30,15 @@ def onnx2tf():
     try:
         venv = runtime_venv(ONNX2TF)
     except Unavailable as exc:
-        pytest.skip(str(exc))
+        tool_missing(str(exc))
 
     def convert(onnx_path: Path, out_dir: Path, *flags: str) -> Path:
         # onnx2tf rewrites its input in place (op renaming): it gets a copy.
         out_dir.mkdir(parents=True, exist_ok=True)
         work = out_dir / "onnx2tf-input.onnx"
         work.write_bytes(Path(onnx_path).read_bytes())
-        result = subprocess.run(
-            [str(venv / "bin" / "onnx2tf"), "-i", str(work), "-o", str(out_dir), "-nuo", "-n", *flags],
-            capture_output=True, text=True, timeout=600, env={"PATH": "/usr/bin:/bin", "TQDM_DISABLE": "1"})
+        result = run_child([venv / "bin" / "onnx2tf", "-i", work, "-o", out_dir, "-nuo", "-n", *flags],
+                           timeout=600, env={"PATH": "/usr/bin:/bin", "TQDM_DISABLE": "1"})
         produced = out_dir / f"{work.stem}_float32.tflite"
         assert result.returncode == 0 and produced.is_file(), result.stdout[-2000:] + result.stderr[-2000:]
         return produced

@@ -2,13 +2,13 @@
 
 import re
 import shutil
-import subprocess
 import sys
 
 import pytest
 
-from tests.conftest import child_env
+from fixtures.children import run_child
 from fixtures.specs import torch_model
+from tests.conftest import tool_missing
 
 # In an strace of `exportgate export` (-f, -s wide enough for a progress line), the lines that matter.
 WORKER_START = re.compile(r"^(\d+) +execve\(.*verifiers\.runtimes\.isolation import serve")
@@ -22,15 +22,16 @@ PUBLISHED_READ = re.compile(r'out/m\.onnx", O_RDONLY')
 EXPORTER_READS = 3
 
 
-@pytest.mark.skipif(shutil.which("strace") is None, reason="strace counts the file opens (.ci/run installs it)")
 def test_an_onnx_export_reads_its_artifact_once_per_use_and_never_once_published(tmp_path):
     trace = tmp_path / "trace.txt"
     code = "from exporter.cli import main; main()"
-    result = subprocess.run(
+    if shutil.which("strace") is None:
+        tool_missing("strace counts the file opens (Debian's strace; .ci/run installs it)")
+    result = run_child(
         ["strace", "-f", "-s", "200", "-e", "trace=openat,open,write,execve", "-e", "signal=none",
          "-o", str(trace), sys.executable, "-c", code,
          "export", torch_model("mlp_exact"), "--to", "onnx", "--opset", "17", "--out", "out/m.onnx"],
-        cwd=tmp_path, env=child_env(), capture_output=True, text=True,
+        cwd=tmp_path,
         timeout=600,
     )
     assert result.returncode == 0, result.stderr

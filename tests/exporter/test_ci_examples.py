@@ -6,7 +6,6 @@ merged report as one local `exportgate run`."""
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import pytest
 import yaml
 from junitparser import JUnitXml
 
-from tests.conftest import REPO, child_env, run_cli
+from fixtures.children import REPO, child_env, run_child, run_cli
 
 EXAMPLES = REPO / "examples"
 
@@ -27,11 +26,10 @@ def checkout(root: Path) -> Path:
     return root / "examples/ci"
 
 
-def shell(command: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
-    environment = child_env(PATH=f"{Path(sys.executable).parent}{os.pathsep}{child_env()['PATH']}",
+def shell(command: str, cwd: Path, **env: str):
+    environment = dict(PATH=f"{Path(sys.executable).parent}{os.pathsep}{child_env()['PATH']}",
                             XDG_CACHE_HOME=str(cwd / ".cache"), **env)
-    return subprocess.run(["bash", "-c", command], cwd=cwd, env=environment, capture_output=True, text=True,
-                          timeout=1200)
+    return run_child(["bash", "-c", command], cwd=cwd, env=environment, timeout=1200)
 
 
 def commands(steps: list[dict]) -> list[str]:

@@ -11,6 +11,7 @@ import pytest
 from exporter import api
 from fixtures.make_broken_onnx import build_fixture
 from fixtures.models.hf_models import __file__ as HF_MODELS
+from tests.conftest import tool_missing
 
 # A Chromium or Chrome on PATH, by the names Debian, Ubuntu and Google's packages install it under.
 CHROMIUM = next(filter(None, map(shutil.which, ("chromium", "chromium-browser", "google-chrome", "chrome"))), None)
@@ -69,11 +70,13 @@ def test_a_changed_gelu_is_named_and_plotted_against_the_flavours(pages):
     assert "exact (source)" in text and "artifact" in text  # the plot's legend (SVG text)
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="no chromium, chromium-browser, google-chrome or chrome on PATH "
-                                              "(.ci/run installs Debian's chromium)")
 @pytest.mark.parametrize("name", ["faithful", "broken"])
 def test_chromium_renders_it_without_javascript_or_errors_and_draws_every_plot(pages, name, tmp_path):
     from playwright.sync_api import sync_playwright
+
+    if CHROMIUM is None:
+        tool_missing("no chromium, chromium-browser, google-chrome or chrome on PATH (Debian's chromium; "
+                     ".ci/run installs it)")
 
     path, report = pages[name]
     messages, fetched = [], []

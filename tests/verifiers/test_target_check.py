@@ -4,7 +4,6 @@ against the shipped opset_matrix.yaml (and a user matrix for flags no shipped ta
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import textwrap
 from collections.abc import Callable
@@ -18,7 +17,7 @@ from onnx import TensorProto, helper
 
 from verifiers.target_matrix import load_targets
 from fixtures import make_broken_tflite as mbt
-from tests.conftest import child_env
+from fixtures.children import run_child
 from verifiers.report import Report
 from verifiers.target_check import check_artifact, to_findings
 from verifiers.target_facts import Incompatibility, gap_op_and_dtypes, version_greater
@@ -378,6 +377,5 @@ def test_no_tensorflow_or_torch_import(tflite_file, onnx_file):
         bad = sorted(m for m in ("tensorflow", "torch", "keras") if m in sys.modules)
         assert not bad, bad
     """)
-    result = subprocess.run([sys.executable, "-c", code], check=False, cwd=REPO, capture_output=True, text=True, timeout=120,
-                            env=child_env())
+    result = run_child([sys.executable, "-c", code], cwd=REPO, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]

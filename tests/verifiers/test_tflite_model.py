@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import child_env
+from fixtures.children import run_child
 from verifiers.errors import BadInput
 from fixtures import make_broken_tflite as mbt
 from verifiers import tflite_model
@@ -126,8 +125,7 @@ def test_describe_builds_no_interpreter_and_loads_no_native_code(files):
         assert info["op_counts"]["GELU"] == 2, info["op_counts"]
         print(sorted(native() - before))
     """)
-    result = subprocess.run([sys.executable, "-c", code], check=False, cwd=REPO, env=child_env(),
-                            capture_output=True, text=True, timeout=120)
+    result = run_child([sys.executable, "-c", code], cwd=REPO, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip() == "[]"
 
@@ -189,10 +187,7 @@ _FUZZ = textwrap.dedent("""
 def test_random_bit_flips_never_crash_the_process(files):
     """Hundreds of corrupted copies, read, searched for sites and probed in a child process:
     each loads or raises BadInput, and the child exits normally (no segfault, no hang)."""
-    result = subprocess.run(
-        [sys.executable, "-c", _FUZZ, str(files["two_gelu_faithful"]), "400"], check=False,
-        cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=240,
-    )
+    result = run_child([sys.executable, "-c", _FUZZ, files["two_gelu_faithful"], "400"], cwd=REPO, timeout=240)
     assert result.returncode == 0, result.stderr[-2000:]
     loaded, bad = map(int, result.stdout.split())
     assert loaded + bad == 400 and bad > 50 and loaded > 50
@@ -208,8 +203,7 @@ def test_reading_imports_neither_tensorflow_nor_torch(files):
         heavy = sorted(m for m in ("tensorflow", "torch", "keras") if m in sys.modules)
         print(heavy)
     """)
-    result = subprocess.run([sys.executable, "-c", code], check=False, cwd=REPO, env=child_env(),
-                            capture_output=True, text=True, timeout=120)
+    result = run_child([sys.executable, "-c", code], cwd=REPO, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip() == "[]"
 

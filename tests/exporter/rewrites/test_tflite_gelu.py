@@ -151,10 +151,12 @@ def test_tflite_runtime_2_7_runs_what_it_refused(converted, builder, tmp_path):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "compat"))
     from runtime_venvs import TFLITE_2_7, Unavailable, run_model, runtime_venv
 
+    from tests.conftest import tool_missing
+
     try:
         venv = runtime_venv(TFLITE_2_7)
     except Unavailable as exc:
-        pytest.skip(f"tflite-runtime 2.7 cannot be had here: {exc}")
+        tool_missing(f"tflite-runtime 2.7 cannot be had here: {exc}")
     original, lowered = tmp_path / "original.tflite", tmp_path / "lowered.tflite"
     original.write_bytes(converted(builder))
     lowered.write_bytes(lower_gelu_ops(converted(builder)))

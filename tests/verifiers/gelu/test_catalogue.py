@@ -192,16 +192,14 @@ def test_one_record_per_flavour_says_how_it_is_written_and_claimed():
 
 
 def test_the_catalogue_imports_with_the_standard_library_only():
-    import subprocess
     import sys
     from pathlib import Path
 
-    from tests.conftest import child_env
+    from fixtures.children import run_child
 
     code = ("import sys; import verifiers.gelu.catalogue as c; c.FLAVOURS; "
             "print(sorted(m for m in ('numpy', 'onnx', 'onnxruntime') if m in sys.modules))")
-    result = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=60,
-                            cwd=str(Path(__file__).resolve().parents[3]), env=child_env())
+    result = run_child([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[3], timeout=60)
     assert result.stdout.strip() == "[]", result.stderr
 
 

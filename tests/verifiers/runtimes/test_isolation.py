@@ -86,18 +86,16 @@ def test_the_steps_own_errors_come_back_as_they_were(tmp_path):
 
 def test_a_script_without_a_main_guard_runs_once(tmp_path):
     # The worker is not multiprocessing's spawn, which would run the script again inside it.
-    import subprocess
     import sys
 
+    from fixtures.children import run_child
     from fixtures.specs import torch_model
-    from tests.conftest import child_env
 
     script = tmp_path / "script.py"
     script.write_text("import pathlib\nfrom exporter import api\n"
                       f"with open({str(tmp_path / 'runs')!r}, 'a') as f: f.write('run\\n')\n"
                       f"r = api.export({torch_model('mlp_exact')!r}, to='onnx', opset=17, out={str(tmp_path / 'm.onnx')!r})\n"
                       "print(r.exit_code)\n")
-    result = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                            env=child_env())
+    result = run_child([sys.executable, script], cwd=tmp_path, timeout=300)
     assert result.stdout.strip() == "0", result.stderr
     assert (tmp_path / "runs").read_text() == "run\n"

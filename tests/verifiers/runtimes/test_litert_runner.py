@@ -1,12 +1,12 @@
 """The ai-edge-litert runner: two interpreters, names through the signature, malformed files refused."""
 
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 
 from exporter.frameworks import FRAMEWORKS
+from fixtures.children import run_child
 from exporter.routes import ExportRequest, route_for
 from verifiers.runtimes import InvalidArtifact, runtime_for
 from verifiers.runtimes.litert_runner import LiteRtRunner
@@ -144,8 +144,7 @@ def test_malformed_files_never_crash_the_process(gelu_model, tmp_path):
         "    except InvalidArtifact:\n"
         "        print('refused', path.name)\n"
     )
-    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True,
-                          timeout=120, check=False)
+    done = run_child([sys.executable, "-c", code, tmp_path], timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.count("refused") == len(_corruptions(b"\0" * 64)), done.stdout
 
