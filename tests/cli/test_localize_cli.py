@@ -3,7 +3,6 @@ introduces, on the console and in every report; nothing diverging on a faithful 
 difference of rounding alone is no divergence; a source that does not load the same twice is not
 traced; --no-localize leaves a red run as it was."""
 
-import ast
 import json
 import re
 from pathlib import Path
@@ -12,7 +11,7 @@ import onnx
 import pytest
 
 from fixtures.inject_faults import inject_onnx
-from fixtures.localization_corpus import _innermost
+from fixtures.localization_corpus import fx_node_of, fx_records
 
 REPO = Path(__file__).resolve().parents[2]
 BERT = f"{REPO / 'fixtures' / 'models' / 'localization_models.py'}:bert"
@@ -30,32 +29,35 @@ def bert_onnx(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def faulty(bert_onnx, tmp_path_factory) -> tuple[Path, onnx.NodeProto]:
-    """The export with one weight of a MatMul perturbed, and that node."""
+def faulty(bert_onnx, tmp_path_factory) -> tuple[Path, onnx.NodeProto, int]:
+    """The export with one weight of a MatMul perturbed, that node and its index (the injector's record)."""
     out = tmp_path_factory.mktemp("faulty") / "bert.onnx"
     fault = inject_onnx(bert_onnx, "weight_perturbed", out, seed=0)
-    return out, onnx.load(str(out), load_external_data=False).graph.node[fault.op]
+    return out, onnx.load(str(out), load_external_data=False).graph.node[fault.op], fault.op
 
 
 def test_a_red_verify_names_the_faulted_op_its_module_and_its_line(cli, faulty, tmp_path):
-    path, node = faulty
+    from exporter.frameworks import load_source
+
+    path, node, index = faulty
     result = cli("verify", path, "--source", BERT, "--quiet", "--report", "r.json", "--html", "r.html",
                  "--junit", "r.xml", "--summary", "r.md")
 
     assert result.returncode == 1, result.stdout + result.stderr
     match = LINE.search(result.stderr)  # the summary
     assert match, result.stderr
-    recorded = {prop.key: prop.value for prop in node.metadata_props}  # what torch.onnx wrote of the node
-    assert match.groups() == (node.op_type, node.name, ast.literal_eval(recorded["pkg.torch.onnx.name_scopes"])[-2],
-                              _innermost(recorded["pkg.torch.onnx.stack_trace"]))
+    # What torch.export recorded of the FX node the faulted op was made from: its module and stack.
+    fx = fx_records(load_source(BERT), tmp_path)
+    module, frames = fx[fx_node_of(path, index, fx)]
+    assert match.groups()[:3] == (node.op_type, node.name, module) and match.group(4) in frames, (match.groups(), frames)
     divergence = json.loads((tmp_path / "r.json").read_text())["divergence"]
     first = divergence["first"]
     assert first["node"] == node.name and first["op_type"] == "MatMul"
     assert first["introduced_max_abs"] > first["tolerance"] > 0
     assert first["inherited_max_abs"] < first["tolerance"]  # it makes the error, it does not receive it
     assert divergence["path"] and all(step["index"] > first["index"] for step in divergence["path"])
-    assert 0 < divergence["aligned"] <= divergence["computed"] == len(divergence["profile"]) + (
-        divergence["computed"] - divergence["aligned"])
+    profiled = divergence.get("profile_total", len(divergence["profile"]))  # the JSON keeps the first LIST_CAP
+    assert 0 < divergence["aligned"] <= divergence["computed"] == profiled + (divergence["computed"] - divergence["aligned"])
     line = match.group(0).strip()
     assert divergence["message"] == line
     page = (tmp_path / "r.html").read_text()

@@ -8,7 +8,7 @@ import pytest
 
 from exporter import api
 from fixtures.inject_faults import inject_onnx, inject_tflite
-from fixtures.localization_corpus import _op_record
+from fixtures.localization_corpus import op_name
 
 MOBILENET = "fixtures/models/localization_models.py:mobilenet_v2"
 CONVOLUTIONS = ("Conv", "CONV_2D", "DEPTHWISE_CONV_2D")
@@ -30,7 +30,7 @@ def test_a_seeded_keras_factory_is_loaded_again_and_localised(tmp_path, fmt):
     assert report.exit_code == 1, report.summary_lines()
     first = report.divergence["first"]
     assert first["index"] in fault.ops, (fault, report.divergence["message"])
-    name, _ = _op_record(faulty, fmt, fault.op)  # the names the converter wrote for the op
+    name = op_name(faulty, fmt, fault.op)  # the names the converter wrote for the op
     layers = {layer.name for layer in load_source(MOBILENET).model.layers}
     written = {level.rsplit("_", 1)[0] if level not in layers else level for level in name.replace(";", "/").split("/")}
     assert first["module"] in written & layers, (first, name)
