@@ -11,6 +11,7 @@ import pytest
 
 from fixtures import make_broken_int8 as mbi
 from verifiers.errors import BadInput
+from verifiers.naming import shown
 from verifiers.quant_layers import LAYER_DIAGNOSERS, diagnose_layers, first_collapse, float_from_qdq, layer_errors
 
 pytestmark = pytest.mark.filterwarnings("ignore:Statistics for quantized inputs were expected")
@@ -132,7 +133,7 @@ def test_one_ruined_tflite_scale_is_the_first_collapse(tflite_pair, tflite_feeds
     assert collapse is not None and collapse.tensor == tensor
     worst = diagnosis.layers[0]
     assert worst.order >= collapse.order
-    assert f"first below 20 dB: {tensor} ({collapse.op_type})" in diagnosis.summary(MIN_SQNR_DB)
+    assert f"first below 20 dB: {shown(tensor)} ({collapse.op_type})" in diagnosis.summary(MIN_SQNR_DB)
 
 
 def test_what_cannot_be_diagnosed_is_one_bad_input(tflite_pair, tflite_feeds, tmp_path):

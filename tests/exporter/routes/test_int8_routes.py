@@ -151,7 +151,7 @@ def test_onnx_int8_is_a_qdq_graph(tmp_path, framework):
     precision = FORMATS["onnx"].open(path).precision()
     assert precision.mode == "int8" and precision.float_ops == ()
     assert result.quantization == {"mode": "int8", "io": "float", "float_fallback": False,
-                                   "method": result.quantization["method"]}
+                                   "method": result.quantization["method"], "preparation": "quant_pre_process"}
     assert "quantize_static (QDQ" in result.quantization["method"]
     # Only the artifact (and its external data) is left: the float model's folder is gone.
     assert {p.name for p in tmp_path.iterdir()} <= {path.name, f"{path.name}.data"}
