@@ -229,14 +229,20 @@ def apply_input_specs(source: Source, given: list[InputSpec], dynamic: list[Dyna
     source.dynamic = [a for a in dynamic if a.symbol not in fixed and a.input not in named]
     if example is not None:
         rng = np.random.default_rng(0)
-        source.example = {
-            spec.name: (random_array(spec, rng, None) if spec.name in named and spec.low is not None
-                        else values_like(example[spec.name], spec.shape, rng)
-                        if spec.name in named or spec.shape != example[spec.name].shape else example[spec.name])
-            for spec in inputs}
+        source.example = {spec.name: _example_at(spec, spec.name in named, example[spec.name], rng) for spec in inputs}
         sizes = ", ".join(f"{spec.name} {'x'.join(map(str, spec.shape)) or 'scalar'}" for spec in inputs)
         source.example_origin = "the source's example inputs made anew at the --input sizes (seed 0)"
         source.notes.append(f"--input: the example inputs were made anew (seeded) at the sizes given: {sizes}")
+
+
+def _example_at(spec: InputSpec, given: bool, old: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """An example input at `spec`'s shape: a given input in its range when it states one, else
+    like the old example's values; one neither given nor resized stays as it was."""
+    if given and spec.low is not None:
+        return random_array(spec, rng, None)
+    if given or spec.shape != old.shape:
+        return values_like(old, spec.shape, rng)
+    return old
 
 
 def stated_length_limit(model: Any) -> int | None:

@@ -1,4 +1,5 @@
-"""Errors that end a run early. Each carries the finding kind it becomes in the report."""
+"""Errors that end a run early, each with the finding kind it becomes in the report, and how an
+error is told in one line (with the line of the user's own code that raised it)."""
 
 from __future__ import annotations
 

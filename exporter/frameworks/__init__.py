@@ -18,7 +18,7 @@ import numpy as np
 
 from exporter.source_files import recording
 from exporter.sources import InputSpec, Source, apply_input_specs
-from verifiers.errors import BadInput, MissingFramework, one_line, raised
+from verifiers.errors import BadInput, MissingFramework, raised
 from verifiers.registry import LazyRegistry
 
 

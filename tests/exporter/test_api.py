@@ -4,8 +4,6 @@ import re
 import shutil
 import sys
 
-import pytest
-
 from fixtures.children import run_child
 from fixtures.specs import torch_model
 from tests.conftest import tool_missing
