@@ -35,22 +35,29 @@ app = typer.Typer(
 
 # Reusable option groups (shared by export and verify).
 InputOption = Annotated[list[str], typer.Option(
-    "--input", metavar="NAME:SHAPE:DTYPE[:LOW..HIGH]", help="NAME:SHAPE:DTYPE[:LOW..HIGH], e.g. input_ids:2x16:int64:0..1000 (HIGH exclusive). Repeatable.")]
+    "--input", metavar="NAME:SHAPE:DTYPE[:LOW..HIGH]",
+    help="NAME:SHAPE:DTYPE[:LOW..HIGH], e.g. input_ids:2x16:int64:0..1000 (HIGH exclusive). Repeatable.")]
 AtolOption = Annotated[list[str], typer.Option(
-    "--atol", metavar="[NAME=]NUMBER", help="Absolute tolerance: a number for every output, or NAME=NUMBER for one. Repeatable.")]
+    "--atol", metavar="[NAME=]NUMBER",
+    help="Absolute tolerance: a number for every output, or NAME=NUMBER for one. Repeatable.")]
 RtolOption = Annotated[list[str], typer.Option(
-    "--rtol", metavar="[NAME=]NUMBER", help="Relative tolerance: a number for every output, or NAME=NUMBER for one. Repeatable.")]
+    "--rtol", metavar="[NAME=]NUMBER",
+    help="Relative tolerance: a number for every output, or NAME=NUMBER for one. Repeatable.")]
 SeedOption = Annotated[int, typer.Option("--seed", metavar="N", help="Seed for the random verification batches.")]
-BatchesOption = Annotated[int, typer.Option("--batches", metavar="N", min=0, help="Random batches besides the example inputs.")]
+BatchesOption = Annotated[int, typer.Option("--batches", metavar="N", min=0,
+    help="Random batches besides the example inputs.")]
 ReportOption = Annotated[Optional[Path], typer.Option("--report", metavar="PATH", help="Write the JSON report here.")]
 JunitOption = Annotated[Optional[Path], typer.Option(
-    "--junit", metavar="PATH", help="Write a JUnit XML report here: one test case per check (export, each output, each GELU "
+    "--junit", metavar="PATH",
+    help="Write a JUnit XML report here: one test case per check (export, each output, each GELU "
     "site, each target check), for CI test views.")]
 SummaryOption = Annotated[Optional[Path], typer.Option(
-    "--summary", metavar="PATH", help="Write a Markdown summary here (verdict, the job, every failure). On GitHub Actions it is "
+    "--summary", metavar="PATH",
+    help="Write a Markdown summary here (verdict, the job, every failure). On GitHub Actions it is "
     "also appended to $GITHUB_STEP_SUMMARY.")]
 HtmlOption = Annotated[Optional[Path], typer.Option(
-    "--html", metavar="PATH", help="Write an HTML report here: one self-contained page with the verdict, the error histogram "
+    "--html", metavar="PATH",
+    help="Write an HTML report here: one self-contained page with the verdict, the error histogram "
     "of each output and a plot of each GELU site against the flavours.")]
 GeluGuardOption = Annotated[bool, typer.Option(
     "--no-gelu-guard", help="Do not check the GELU sites (the report records it). Without it, a source "
@@ -59,10 +66,12 @@ NonfiniteOption = Annotated[bool, typer.Option(
     "--allow-nonfinite", help="Accept NaN and Inf in the source's outputs where the artifact has the same value "
     "at the same position. Without it they fail the comparison.")]
 TimeoutOption = Annotated[Optional[float], typer.Option(
-    "--timeout", metavar="SECONDS", min=0.001, help="Seconds a runtime may take for one step on the artifact (a load, a batch, the "
+    "--timeout", metavar="SECONDS", min=0.001,
+    help="Seconds a runtime may take for one step on the artifact (a load, a batch, the "
     "GELU probes) before the run fails with exit 4. Default 900.")]
 MemoryOption = Annotated[Optional[float], typer.Option(
-    "--memory-limit", metavar="GIB", min=0.01, help="GiB of address space the runtime's worker process may use. Default: the "
+    "--memory-limit", metavar="GIB", min=0.01,
+    help="GiB of address space the runtime's worker process may use. Default: the "
     "machine's RAM.")]
 TrustSourceOption = Annotated[bool, typer.Option(
     "--trust-source", help="Load a model file whose loading can run code it carries (a .pt2: torch.export.load "
@@ -248,35 +257,44 @@ def hide_framework_chatter() -> None:
 
 @app.command()
 def export(
-    model: Annotated[str, typer.Argument(metavar="MODEL", help="file.py:callable, model.keras, model.pt2 or a transformers "
+    model: Annotated[str, typer.Argument(metavar="MODEL",
+    help="file.py:callable, model.keras, model.pt2 or a transformers "
                                               "model folder (save_pretrained)")],
     to: Annotated[str, typer.Option("--to", metavar="onnx|tflite", help="Artifact format: onnx or tflite.")],
     out: Annotated[Path, typer.Option("--out", metavar="PATH", help="Where the verified artifact goes.")],
-    opset: Annotated[Optional[int], typer.Option("--opset", metavar="N", help="ONNX opset (default domain) to export at.")] = None,
+    opset: Annotated[Optional[int], typer.Option("--opset", metavar="N",
+    help="ONNX opset (default domain) to export at.")] = None,
     exporter: Annotated[str, typer.Option(
-        "--exporter", metavar="NAME", help="auto, or force one: dynamo, torchscript (PyTorch -> ONNX), tf2onnx (Keras -> ONNX), "
+        "--exporter", metavar="NAME",
+        help="auto, or force one: dynamo, torchscript (PyTorch -> ONNX), tf2onnx (Keras -> ONNX), "
         "tflite-converter (Keras -> TFLite), litert-torch (PyTorch -> TFLite).")] = "auto",
     quantize: Annotated[Optional[str], typer.Option(
-        "--quantize", metavar="int8|fp16|dynamic-int8", help="int8 (full-integer post-training quantization, every route); TFLite also fp16 "
+        "--quantize", metavar="int8|fp16|dynamic-int8",
+        help="int8 (full-integer post-training quantization, every route); TFLite also fp16 "
         "(float16 weights) or dynamic-int8 (dynamic-range int8).")] = None,
     io: Annotated[str, typer.Option(
-        "--io", metavar="float|int8|uint8", help="With --quantize int8: the artifact's input and output types, float, int8 or uint8 (TFLite).")
+        "--io", metavar="float|int8|uint8",
+        help="With --quantize int8: the artifact's input and output types, float, int8 or uint8 (TFLite).")
     ] = "float",
     calibration: Annotated[Optional[str], typer.Option(
-        "--calibration", metavar="DATA", help="With --quantize int8: calibration data, an .npz of arrays by input name, a folder of "
+        "--calibration", metavar="DATA",
+        help="With --quantize int8: calibration data, an .npz of arrays by input name, a folder of "
         ".npz/.npy files, or file.py:callable yielding feed dicts (default: seeded random batches).")] = None,
     allow_float_ops: Annotated[bool, typer.Option(
         "--allow-float-ops", help="With --quantize int8: let ops without an int8 kernel stay float (the report "
         "lists them) instead of failing.")] = False,
     target: Annotated[Optional[str], typer.Option(
-        "--target", metavar="NAME", help="Export for this runtime or device (see `exportgate targets`), and check the artifact "
+        "--target", metavar="NAME",
+        help="Export for this runtime or device (see `exportgate targets`), and check the artifact "
         "against it before writing it.")] = None,
     gelu: Annotated[str, typer.Option(
-        "--gelu", metavar="preserve|tanh|native", help="preserve: each GELU keeps its flavour, in a form the target runs; tanh: write every GELU "
+        "--gelu", metavar="preserve|tanh|native",
+        help="preserve: each GELU keeps its flavour, in a form the target runs; tanh: write every GELU "
         "as tanh (declared); native: demand the native GELU op.")] = "preserve",
     matrix: MatrixOption = None,
     inputs: InputOption = [],
-    dynamic: Annotated[list[str], typer.Option("--dynamic", metavar="NAME:AXIS[:MIN..MAX]", help="NAME:AXIS[:MIN..MAX]: make an input axis dynamic (verified at several sizes within MIN..MAX).")] = [],
+    dynamic: Annotated[list[str], typer.Option("--dynamic", metavar="NAME:AXIS[:MIN..MAX]",
+    help="NAME:AXIS[:MIN..MAX]: make an input axis dynamic (verified at several sizes within MIN..MAX).")] = [],
     atol: AtolOption = [],
     rtol: RtolOption = [],
     seed: SeedOption = 0,
@@ -319,10 +337,12 @@ def export(
 @app.command()
 def verify(
     artifact: Annotated[Path, typer.Argument(metavar="ARTIFACT", help="The .onnx or .tflite artifact to check.")],
-    source: Annotated[str, typer.Option("--source", metavar="MODEL", help="The source model: file.py:callable, .keras, .pt2 or a "
+    source: Annotated[str, typer.Option("--source", metavar="MODEL",
+    help="The source model: file.py:callable, .keras, .pt2 or a "
                                                           "transformers model folder.")],
     runtime: Annotated[Optional[str], typer.Option(
-        "--runtime", metavar="NAME", help="The runtime to run ARTIFACT in (default: the one its format names: onnxruntime for "
+        "--runtime", metavar="NAME",
+        help="The runtime to run ARTIFACT in (default: the one its format names: onnxruntime for "
         "ONNX, ai-edge-litert for TFLite).")] = None,
     inputs: InputOption = [],
     atol: AtolOption = [],
@@ -362,7 +382,8 @@ def verify(
 @app.command()
 def check(
     artifact: Annotated[Path, typer.Argument(metavar="ARTIFACT", help="The .onnx or .tflite artifact, from any tool.")],
-    target: Annotated[str, typer.Option("--target", metavar="NAME", help="The runtime or device (see `exportgate targets`).")],
+    target: Annotated[str, typer.Option("--target", metavar="NAME",
+    help="The runtime or device (see `exportgate targets`).")],
     matrix: MatrixOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     report: ReportOption = None,
@@ -394,8 +415,10 @@ def run(
     out_dir: Annotated[Optional[Path], typer.Option(
         "--out-dir", metavar="DIR", help="Where each job's folder goes (OUT_DIR/MODEL/ARTIFACT). Default: the config's "
         "out_dir, else exportgate-out.")] = None,
-    jobs: Annotated[Optional[int], typer.Option("--jobs", metavar="N", min=1, help="Jobs at a time. Default: the cores.")] = None,
-    only: Annotated[list[str], typer.Option("--only", metavar="JOB", help="Run this job (MODEL/ARTIFACT). Repeatable.")] = [],
+    jobs: Annotated[Optional[int], typer.Option("--jobs", metavar="N", min=1,
+    help="Jobs at a time. Default: the cores.")] = None,
+    only: Annotated[list[str], typer.Option("--only", metavar="JOB",
+    help="Run this job (MODEL/ARTIFACT). Repeatable.")] = [],
     shard: Annotated[Optional[str], typer.Option(
         "--shard", metavar="I/N", help="Run slice I of N (1-based) of the jobs, e.g. 2/4.")] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Export every job, cached or not.")] = False,
@@ -427,7 +450,8 @@ def run(
 def plan(
     config: ConfigArgument = None,
     fmt: Annotated[str, typer.Option(
-        "--format", metavar="json|github|gitlab", help="json (the job ids), github (strategy.matrix: {include: [{job}]}) or gitlab "
+        "--format", metavar="json|github|gitlab",
+        help="json (the job ids), github (strategy.matrix: {include: [{job}]}) or gitlab "
         "(parallel:matrix with EXPORTGATE_JOB).")] = "json",
 ) -> None:
     """Print the config's job matrix as JSON, for a CI system to fan the jobs out."""

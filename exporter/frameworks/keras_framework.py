@@ -210,7 +210,7 @@ def keras_outputs(model: Any, result: Any) -> tuple[list[str], bool, list[np.nda
 
 
 def _keras_config(path: Path) -> Any:
-    """The model config a .keras archive holds (its config.json), None when it holds none."""
+    """The model config a .keras archive holds (its config.json); BadInput for a file that is no such archive."""
     import json
     import zipfile
 

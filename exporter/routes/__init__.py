@@ -89,8 +89,8 @@ def int8_result(request: ExportRequest, method: str, artifact: Path, fmt: str) -
         remove_artifact(Path(artifact), fmt)
         first = compute[0]
         raise Incompatible(f"--quantize int8: no int8 form for {', '.join(sorted({op.op_type for op in compute}))} "
-                           f"(first: {shown(first.node)} on {first.dtype} tensor {shown(first.tensor)}); --allow-float-ops keeps "
-                           "such ops float")
+                           f"(first: {shown(first.node)} on {first.dtype} tensor {shown(first.tensor)}); "
+                           "--allow-float-ops keeps such ops float")
     return {"mode": "int8", "io": request.io, "method": method, "float_fallback": bool(compute)}
 
 

@@ -6,8 +6,8 @@ quantize_static writes the QDQ artifact at the destination. Where quant_pre_proc
 symbolic shape inference stops on transformers graphs the TorchScript exporter writes:
 "Incomplete symbolic shape inference"), the ways onnxruntime documents are taken in turn, and
 the report's notes say which: again without symbolic shape inference (skip_symbolic_shape), then
-no preparation at all (quantize_static takes a float model as it is). The artifact is: per-channel int8 weights, int8
-activations (symmetric-range int8 as the TFLite routes and TensorRT/ARM kernels take them; ORT
+no preparation at all (quantize_static takes a float model as it is). The artifact is:
+per-channel int8 weights, int8 activations (symmetric-range int8 as the TFLite routes and TensorRT/ARM kernels take them; ORT
 runs S8S8 QDQ on every CPU), MinMax ranges over the calibration feeds. op_types_to_quantize
 lists every op type of the graph but the shape-only ones: ORT quantizes a type outside its QDQ
 registry with its default handler (QDQOperatorBase: a Q/DQ pair on each float input and output),
@@ -72,12 +72,12 @@ def export_int8(export_float: Callable[[Path], ExportResult], request: ExportReq
     return result
 
 
-def prepare(float_path: Path, prepared: Path, label: str, progress) -> tuple[Path, str, list[str]]:
+def prepare(float_path: Path, prepared: Path, large: bool, label: str, progress) -> tuple[Path, str, list[str]]:
     """The float model prepared for quantization by quant_pre_process, the first of PREPARATIONS
-    that succeeds, else `float_path` itself; the preparation's name, and a note when the first failed."""
+    that succeeds, else `float_path` itself (`large`: its weights lie in external data); the
+    preparation's name, and a note when the first failed."""
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
-    large = bool(companion_files(float_path, "onnx"))
     notes, failures = [], []
     for options, skipped, name in PREPARATIONS:
         progress(f"preparing the float model for quantization ({label} quant_pre_process"
@@ -123,8 +123,8 @@ def quantize_onnx(float_path: Path, dest: Path, feeds: list[dict], progress) -> 
 
     large = bool(companion_files(float_path, "onnx"))
     label = f"onnxruntime.quantization {onnxruntime.__version__}"
-    prepared, preparation, notes = prepare(float_path, float_path.with_name(f"prepared-{float_path.name}"), label,
-                                           progress)
+    prepared, preparation, notes = prepare(float_path, float_path.with_name(f"prepared-{float_path.name}"), large,
+                                           label, progress)
     model = onnx.load(str(prepared), load_external_data=False)
     inputs = [v.name for v in model.graph.input if v.name not in {t.name for t in model.graph.initializer}]
     op_types = sorted({node.op_type for node in iter_nodes(model.graph)} - SHAPE_ONLY_OPS)
