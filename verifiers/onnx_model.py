@@ -1,4 +1,5 @@
-"""Read ONNX files without running them: opsets, op counts, inputs and outputs, external data."""
+"""Read ONNX files without running them: opsets, op counts, inputs and outputs, external data; and
+the small readers of nodes and tensors the GELU sites, the probes and the writer share."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
+from onnx import numpy_helper
 
 from verifiers.errors import BadInput, ExportgateError, one_line
 from verifiers.onnx_wire import WireError, read_without_weights
@@ -285,7 +287,6 @@ def constant_shapes(model: onnx.ModelProto) -> list[tuple[str, str, list[int]]]:
     Constant node): sizes fixed when the artifact was made."""
     from onnx import numpy_helper
 
-    from verifiers.gelu.onnx_graph import node_label
 
     constants = {t.name: t for t in model.graph.initializer if t.data_location != onnx.TensorProto.EXTERNAL}
     for node in model.graph.node:
@@ -309,3 +310,82 @@ def constant_shapes(model: onnx.ModelProto) -> list[tuple[str, str, list[int]]]:
                     found.append((node_label(node), node.op_type, [int(v) for v in values]))
     return found
 
+
+_ONNX_DTYPE_NAMES = {
+    onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.DOUBLE: "float64", onnx.TensorProto.FLOAT16: "float16",
+    onnx.TensorProto.BFLOAT16: "bfloat16", onnx.TensorProto.UINT8: "uint8", onnx.TensorProto.INT8: "int8",
+    onnx.TensorProto.UINT16: "uint16", onnx.TensorProto.INT16: "int16", onnx.TensorProto.UINT32: "uint32",
+    onnx.TensorProto.INT32: "int32", onnx.TensorProto.UINT64: "uint64", onnx.TensorProto.INT64: "int64",
+    onnx.TensorProto.BOOL: "bool", onnx.TensorProto.STRING: "string", onnx.TensorProto.COMPLEX64: "complex64",
+    onnx.TensorProto.COMPLEX128: "complex128",
+}
+for _name in ("FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ", "FLOAT8E8M0"):
+    if hasattr(onnx.TensorProto, _name):
+        _ONNX_DTYPE_NAMES[getattr(onnx.TensorProto, _name)] = "fp8"
+for _name, _vocabulary_name in (("FLOAT4E2M1", "fp4"), ("INT4", "int4"), ("UINT4", "uint4"), ("INT2", "int2"),
+                                ("UINT2", "uint2")):
+    if hasattr(onnx.TensorProto, _name):
+        _ONNX_DTYPE_NAMES[getattr(onnx.TensorProto, _name)] = _vocabulary_name
+
+
+def onnx_dtype_name(elem_type: int) -> str:
+    """TensorProto element type -> the matrix's dtype vocabulary (float32, fp8, int4...)."""
+    if elem_type in _ONNX_DTYPE_NAMES:
+        return _ONNX_DTYPE_NAMES[elem_type]
+    return onnx.TensorProto.DataType.Name(elem_type).lower()
+
+
+def node_label(node: onnx.NodeProto) -> str:
+    """A node's name, or its first output when it has none (how sites name their nodes)."""
+    return node.name or (node.output[0] if node.output else node.op_type)
+
+
+def op_name(node: onnx.NodeProto) -> str:
+    """The op type, as "{domain}.{op_type}" outside the default domain."""
+    return node.op_type if node.domain in DEFAULT_DOMAINS else f"{node.domain}.{node.op_type}"
+
+
+def node_attrs(node: onnx.NodeProto) -> dict:
+    """A node's attributes by name (strings decoded; subgraph attributes left out)."""
+    attrs = {}
+    for a in node.attribute:
+        if a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
+            continue
+        value = onnx.helper.get_attribute_value(a)
+        attrs[a.name] = value.decode() if isinstance(value, bytes) else value
+    return attrs
+
+
+def tensor_value(tensor: onnx.TensorProto) -> np.ndarray | None:
+    """A tensor's value, or None for one numpy cannot hold (a data type this onnx does not know,
+    data that does not match its dims: hostile files pass onnx.checker with both)."""
+    try:
+        return numpy_helper.to_array(tensor)
+    except (KeyError, ValueError, TypeError):
+        return None
+
+
+def constant_scalar(node: onnx.NodeProto) -> np.ndarray | None:
+    """The value of a one-element Constant node, else None."""
+    if len(node.attribute) != 1:
+        return None
+    attr = node.attribute[0]
+    if attr.name == "value" and math.prod(attr.t.dims) == 1:
+        return tensor_value(attr.t)
+    if attr.name == "value_float":
+        return np.asarray(attr.f, dtype=np.float32)
+    if attr.name == "value_int":
+        return np.asarray(attr.i, dtype=np.int64)
+    return None
+
+
+def subgraph_reads(graph: onnx.GraphProto) -> set[str]:
+    """Every tensor name read by nodes of the graph's subgraphs (If/Loop/Scan bodies, nested)."""
+    names: set[str] = set()
+    for node in graph.node:
+        for attr in node.attribute:
+            subs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
+            for sub in subs:
+                names.update(i for n in sub.node for i in n.input)
+                names |= subgraph_reads(sub)
+    return names

@@ -132,7 +132,7 @@ def judge_gelu(report: Report, artifact: Artifact, captured: list | str | None, 
     artifact), or None when the user turned the guard off, which the report records. `configured`
     is what the source's config declares its activations to be (a transformers model folder): a
     site computing another GELU flavour is reported (verifiers.gelu.configured)."""
-    from verifiers.gelu.catalogue import SiteFlavour
+    from verifiers.gelu.site_flavour import SiteFlavour
     from verifiers.gelu.verdict import DECLARED, INDISTINGUISHABLE, describe, judge
 
     if captured is None:

@@ -172,9 +172,7 @@ def onnx_precision(model) -> Precision:
     A float op: any op but QuantizeLinear/DequantizeLinear, Shape and Size with a float input that
     no DequantizeLinear writes (a float initializer fed straight to Conv/MatMul/Gemm is an
     unquantized weight). QLinear*, QGemm and the other integer kernels are integer ops."""
-    from verifiers.formats.onnx import onnx_dtype_name
-    from verifiers.gelu.onnx_graph import op_name
-    from verifiers.onnx_model import elem_types
+    from verifiers.onnx_model import elem_types, onnx_dtype_name, op_name
 
     labelled = onnx_node_labels(model)
     initializers = {t.name for t in model.graph.initializer}

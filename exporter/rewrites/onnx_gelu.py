@@ -29,7 +29,7 @@ import onnx
 
 from verifiers.gelu.catalogue import FLAVOURS, GELU_OP, PRIMITIVES, Site, gelu20_flavour
 from verifiers.gelu.fingerprint import fingerprint_sites
-from verifiers.gelu.onnx_graph import node_attrs, node_label
+from verifiers.onnx_model import node_attrs, node_label
 from verifiers.gelu.onnx_sites import find_gelu_sites
 from verifiers.gelu.onnx_writer import (
     CONSTANTS,

@@ -16,7 +16,6 @@ import onnx
 from verifiers.errors import BadInput
 from verifiers.formats import Artifact, ArtifactFormat
 from verifiers.gelu.catalogue import FLAVOURS, ONNX
-from verifiers.gelu.onnx_graph import node_attrs, node_label, op_name
 from verifiers.onnx_model import (
     DEFAULT_DOMAINS,
     default_opset,
@@ -25,6 +24,10 @@ from verifiers.onnx_model import (
     iter_nodes,
     load_structure,
     malformed_onnx_is_bad_input,
+    node_attrs,
+    node_label,
+    onnx_dtype_name,
+    op_name,
     relocate_external_data,
     Structure,
 )
@@ -144,29 +147,6 @@ class OnnxFormat(ArtifactFormat):
 
 
 # ---- target checks ---------------------------------------------------------------------------------
-
-
-_ONNX_DTYPE_NAMES = {
-    onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.DOUBLE: "float64", onnx.TensorProto.FLOAT16: "float16",
-    onnx.TensorProto.BFLOAT16: "bfloat16", onnx.TensorProto.UINT8: "uint8", onnx.TensorProto.INT8: "int8",
-    onnx.TensorProto.UINT16: "uint16", onnx.TensorProto.INT16: "int16", onnx.TensorProto.UINT32: "uint32",
-    onnx.TensorProto.INT32: "int32", onnx.TensorProto.UINT64: "uint64", onnx.TensorProto.INT64: "int64",
-    onnx.TensorProto.BOOL: "bool", onnx.TensorProto.STRING: "string", onnx.TensorProto.COMPLEX64: "complex64",
-    onnx.TensorProto.COMPLEX128: "complex128",
-}
-for _name in ("FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ", "FLOAT8E8M0"):
-    if hasattr(onnx.TensorProto, _name):
-        _ONNX_DTYPE_NAMES[getattr(onnx.TensorProto, _name)] = "fp8"
-for _name, _dtype in (("FLOAT4E2M1", "fp4"), ("INT4", "int4"), ("UINT4", "uint4"), ("INT2", "int2"), ("UINT2", "uint2")):
-    if hasattr(onnx.TensorProto, _name):
-        _ONNX_DTYPE_NAMES[getattr(onnx.TensorProto, _name)] = _dtype
-
-
-def onnx_dtype_name(elem_type: int) -> str:
-    """TensorProto element type -> the matrix's dtype vocabulary (float32, fp8, int4...)."""
-    if elem_type in _ONNX_DTYPE_NAMES:
-        return _ONNX_DTYPE_NAMES[elem_type]
-    return onnx.TensorProto.DataType.Name(elem_type).lower()
 
 
 def _onnx_sites(model: onnx.ModelProto) -> dict[str, Any]:

@@ -24,10 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from .int8 import Int8Grid
+from typing import Any
 
 EXACT = "exact"
 TANH = "tanh"
@@ -289,20 +286,3 @@ class Site:
     scale: float = 1.0
     used: bool = True
     absorbed_by: str = ""
-
-
-@dataclass(frozen=True)
-class SiteFlavour:
-    """A site with the flavour it computes, and how that was established."""
-
-    site: Site
-    flavour: str
-    measured: str | None = None  # what the probes said (artifact sites)
-    residuals: dict[str, float] = field(default_factory=dict)
-    confident: bool = True  # False when the probes could not separate the flavours (float16, int8)
-    note: str = ""
-    scale: float = 1.0  # the site computes scale * flavour
-    tail: str = ""  # what its tail probes got wrong (NaN, Inf, a wrong value), empty when nothing
-    samples: tuple[tuple[float, float], ...] = ()  # (x, y) it computed on the core probes (artifact sites)
-    int8: Int8Grid | None = None  # the 8-bit quantization its output is rounded to (verifiers.gelu.int8)
-    table_differences: dict[str, int] = field(default_factory=dict)  # measured as an 8-bit table: entries off per flavour

@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from .catalogue import GELU_FAMILY, TRANSFORMERS, SiteFlavour, claimed_by
+from .catalogue import GELU_FAMILY, TRANSFORMERS, claimed_by
+from .site_flavour import SiteFlavour
 
 # The config keys that name an activation function, at any depth (text_config.hidden_act, ...).
 ACTIVATION_KEYS = ("hidden_act", "hidden_activation", "activation_function", "dense_act_fn",

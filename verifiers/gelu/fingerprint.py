@@ -24,7 +24,7 @@ from verifiers.runtimes.isolation import counted
 from .catalogue import UNKNOWN, Site
 from .classification import FLOAT16_TOLERANCE, FLOAT32_TOLERANCE, Classification, classify, probe_inputs
 from .int8 import Int8Grid
-from .onnx_graph import node_label
+from verifiers.onnx_model import node_label
 from .onnx_sites import scalar_constants
 
 # Element types a site can be probed in, with the match tolerance for its outputs.

@@ -13,12 +13,13 @@ from verifiers.onnx_model import iter_nodes
 from verifiers.runtimes import Runner
 from verifiers.tflite_model import TFLiteModel, as_model
 
-from .catalogue import RELU, Site, SiteFlavour
+from .catalogue import RELU, Site
 from .fingerprint import Fingerprint, fingerprint_sites
-from .onnx_graph import node_label
+from verifiers.onnx_model import node_label
 from .int8 import Int8Grid
 from .onnx_normalize import read_through_qdq, split_duplicate_gemms
 from .onnx_sites import find_activation_sites, searchable
+from .site_flavour import SiteFlavour
 
 from .tflite_fingerprint import TFLiteFingerprint
 from .tflite_fingerprint import fingerprint_sites as tflite_fingerprint_sites

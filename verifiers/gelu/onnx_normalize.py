@@ -17,7 +17,7 @@ from onnx import helper, numpy_helper
 from verifiers.onnx_model import DEFAULT_DOMAINS
 
 from .int8 import RANGES, Int8Grid
-from .onnx_graph import node_attrs
+from verifiers.onnx_model import node_attrs
 
 
 def split_duplicate_gemms(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -22,7 +22,7 @@ from verifiers.onnx_model import DEFAULT_DOMAINS, iter_graphs, iter_nodes
 
 from . import chains
 from .catalogue import ONNX, QUICK, QUICK_ALPHA, Site, claimed_by
-from .onnx_graph import constant_scalar, node_attrs, node_label, op_name, tensor_value
+from verifiers.onnx_model import constant_scalar, node_attrs, node_label, op_name, tensor_value
 from .regions import ELEMENTWISE, evaluate
 
 

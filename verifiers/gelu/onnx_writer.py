@@ -58,7 +58,7 @@ from .catalogue import (
     Flavour,
     Site,
 )
-from .onnx_graph import node_label, subgraph_reads
+from verifiers.onnx_model import node_label, subgraph_reads
 
 GELU_OP_MIN_OPSET = 20
 # exact/erf_free: Abramowitz & Stegun 7.1.26, erf(z) ~ 1 - (a1 t + ... + a5 t^5) exp(-z^2),

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import onnx
 
-from .catalogue import EXACT, TANH, SiteFlavour
+from .catalogue import EXACT, TANH
+from .site_flavour import SiteFlavour
 from .onnx_writer import replace_sites
 
 SWAPPED = {EXACT: TANH, TANH: EXACT}

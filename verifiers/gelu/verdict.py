@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 
 from verifiers.naming import shown
 
-from .catalogue import FLAVOURS, OTHER_ACTIVATIONS, SiteFlavour
+from .catalogue import FLAVOURS, OTHER_ACTIVATIONS
 from .int8 import TABLE_SIZE, referenced
+from .site_flavour import SiteFlavour
 
 KEPT, CHANGED, DECLARED, REMOVED, ADDED, UNUSED = "kept", "changed", "declared", "removed", "added", "unused"
 INDISTINGUISHABLE = "indistinguishable"  # the flavours at stake give the same 8-bit output within one step

@@ -14,7 +14,8 @@ from onnx import TensorProto, helper, numpy_helper
 from fixtures import make_broken_tflite as mbt
 from fixtures.make_broken_int8 import full_integer_tflite
 from verifiers.gelu import EXACT, QUICK, RELU, TANH
-from verifiers.gelu.catalogue import Site, SiteFlavour
+from verifiers.gelu.catalogue import Site
+from verifiers.gelu.site_flavour import SiteFlavour
 from verifiers.gelu.int8 import Int8Grid, classify_table
 from verifiers.gelu.inventory import onnx_inventory, tflite_inventory
 from verifiers.gelu.verdict import CHANGED, INDISTINGUISHABLE, KEPT, judge

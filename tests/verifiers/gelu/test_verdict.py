@@ -7,9 +7,9 @@ from verifiers.gelu.verdict import (
     DECLARED,
     KEPT,
     REMOVED,
-    SiteFlavour,
     judge,
 )
+from verifiers.gelu.site_flavour import SiteFlavour
 
 
 def _sites(*flavours, prefix="s", residuals=None):
