@@ -25,6 +25,7 @@ from exporter.generation import (
     reference_generation,
 )
 from exporter.model_tasks import TASKS
+from exporter.options import given
 from exporter import integer, localization
 from exporter.routes import ExportRequest, Route, check_opset, check_request, route_for, route_with_past
 from exporter.sources import InputSpec, Source, make_batches, name_symbols, parse_dynamic_axis, parse_input_spec
@@ -32,7 +33,7 @@ from exporter.sources import feeds_record, specs_of_tensors, stated_length_limit
 from exporter.staging import Staging, out_lock, remove_artifact, sweep_abandoned
 from exporter.target_fit import fit_ir_version
 from verifiers.compare import Tolerances
-from verifiers.errors import BadInput, Incompatible, one_line
+from verifiers.errors import BadInput, Incompatible, about, one_line
 from verifiers.formats import Artifact, artifact_format, detect_format, open_artifact
 from verifiers.pipeline import (
     BEFORE_REWRITE,
@@ -267,24 +268,32 @@ class Exported(Checked):
 
 
 def _export_options(run: Exported) -> None:
-    """Every option is checked before the model loads and before --out is touched."""
+    """Every option is checked before the model loads and before --out is touched; an error
+    carries the option it is about."""
     run.tolerances = Tolerances.parse(list(run.atol), list(run.rtol))
     run.tolerances.allow_nonfinite = run.allow_nonfinite
     check_request(run.to, run.exporter, run.quantize)
-    check_opset(run.to, run.opset, framework_named_by(run.model))
+    with about("opset"):
+        check_opset(run.to, run.opset, framework_named_by(run.model))
     integer.check_integer_options(run.quantize, run.io, run.calibration, run.allow_float_ops)
-    check_gelu_policy(run.gelu)
-    run.input_specs = [parse_input_spec(s) for s in run.inputs]
-    run.axes = [parse_dynamic_axis(d) for d in run.dynamic]
-    check_writable(run.out, "--out")
+    with about("gelu"):
+        check_gelu_policy(run.gelu)
+    with about("inputs"):
+        run.input_specs = [parse_input_spec(s) for s in run.inputs]
+    with about("dynamic"):
+        run.axes = [parse_dynamic_axis(d) for d in run.dynamic]
+    with about("out"):
+        check_writable(run.out, "--out")
     check_reports(run.reports)
     if run.quantize not in (None, "int8"):  # int8 is judged by SQNR and top-1 (integer.record_precision)
         run.report.notes.append(run.tolerances.scale_for(run.quantize))
     if run.target_name:
-        run.target = _target(run.target_name, run.matrix, run.to)
+        with about("target"):
+            run.target = _target(run.target_name, run.matrix, run.to)
         run.report.target = run.target.name
         if run.target.max_opset is not None:
-            run.opset = run.report.requested_opset = _opset_for(run.target, run.opset)
+            with about("opset"):
+                run.opset = run.report.requested_opset = _opset_for(run.target, run.opset)
 
 
 def _load_source(run: Exported) -> None:
@@ -520,60 +529,28 @@ EXPORT_STEPS = (
 )
 
 
-def export(
-    model: str,
-    *,
-    to: str,
-    out: str | Path,
-    opset: int | None = None,
-    exporter: str = "auto",
-    quantize: str | None = None,
-    io: str = "float",
-    calibration: str | None = None,
-    allow_float_ops: bool = False,
-    target: str | None = None,
-    gelu: str = "preserve",
-    matrix: str | Path | None = None,
-    inputs: Sequence[str] = (),
-    dynamic: Sequence[str] = (),
-    atol: Sequence[str] = (),
-    rtol: Sequence[str] = (),
-    min_sqnr: float | None = None,
-    min_top1: float | None = None,
-    localize: bool | None = None,
-    task: str | None = None,
-    seed: int = 0,
-    batches: int = DEFAULT_BATCHES,
-    verify: bool = True,
-    gelu_guard: bool = True,
-    allow_nonfinite: bool = False,
-    trust_source: bool = False,
-    full_lists: bool = False,
-    report_path: str | Path | None = None,
-    reports: Mapping[str, str | Path] | None = None,
-    progress: Progress = silent,
-) -> Report:
+def export(model: str, *, report_path: str | Path | None = None, reports: Mapping[str, str | Path] | None = None,
+           progress: Progress = silent, **options: Any) -> Report:
     """Export MODEL to `to` at `opset` (or for `target`, with GELU in the form it runs under the
-    `gelu` policy), check it against the target, verify it, and publish it at `out` only if all pass."""
-    report = Report(command="export", model=model, format=to, requested_opset=opset, seed=seed,
-                    batches=batches, quantize=quantize, full_lists=full_lists)
-    run = Exported(report, progress, model=model, to=to, out=Path(out), opset=opset, exporter=exporter,
-                   quantize=quantize, io=io, calibration=calibration, allow_float_ops=allow_float_ops,
-                   target_name=target, gelu=gelu, matrix=matrix, inputs=inputs, dynamic=dynamic,
-                   atol=atol, rtol=rtol, min_sqnr=min_sqnr, min_top1=min_top1, localize=localize, task=task,
-                   seed=seed, batches=batches,
-                   verify=verify, gelu_guard=gelu_guard, allow_nonfinite=allow_nonfinite, trust_source=trust_source,
-                   reports=_reports(report_path, reports))
+    `gelu` policy), check it against the target, verify it, and publish it at `out` only if all pass.
+    The options are `exportgate export`'s, by name (exporter.options)."""
+    options = given("export", options)
+    full_lists = options.pop("full_lists")
+    report = Report(command="export", model=model, format=options["to"], requested_opset=options["opset"],
+                    seed=options["seed"], batches=options["batches"], quantize=options["quantize"],
+                    full_lists=full_lists)
+    run = Exported(report, progress, model=model, out=Path(options.pop("out")), target_name=options.pop("target"),
+                   reports=_reports(report_path, reports), **options)
     return run_steps(report, EXPORT_STEPS, run, progress, run.reports)
 
 
 def check_export_options(model: str, **options: Any) -> None:
     """Every check `export(model, **options)` makes of its options before the model loads (BadInput,
     Incompatible, naming the option), without loading, running or writing anything."""
-    report = Report(command="export", full_lists=options.pop("full_lists", False))
-    run = Exported(report, silent, model=model, to=options.pop("to"), out=Path(options.pop("out")),
-                   target_name=options.pop("target", None),
-                   reports=_reports(options.pop("report_path", None), options.pop("reports", None)), **options)
+    options = given("export", options)
+    report = Report(command="export", full_lists=options.pop("full_lists"))
+    run = Exported(report, silent, model=model, out=Path(options.pop("out")), target_name=options.pop("target"),
+                   **options)
     _export_options(run)
 
 
@@ -696,35 +673,16 @@ VERIFY_STEPS = (
 )
 
 
-def verify(
-    artifact: str | Path,
-    *,
-    source: str,
-    runtime: str | None = None,
-    inputs: Sequence[str] = (),
-    atol: Sequence[str] = (),
-    rtol: Sequence[str] = (),
-    seed: int = 0,
-    batches: int = DEFAULT_BATCHES,
-    gelu_guard: bool = True,
-    allow_nonfinite: bool = False,
-    min_sqnr: float | None = None,
-    min_top1: float | None = None,
-    localize: bool | None = None,
-    task: str | None = None,
-    trust_source: bool = False,
-    full_lists: bool = False,
-    report_path: str | Path | None = None,
-    reports: Mapping[str, str | Path] | None = None,
-    progress: Progress = silent,
-) -> Report:
+def verify(artifact: str | Path, *, report_path: str | Path | None = None,
+           reports: Mapping[str, str | Path] | None = None, progress: Progress = silent, **options: Any) -> Report:
     """Verify an existing artifact (from exportgate or any other tool) against its source model,
-    run in `runtime` (by default the one its format names: onnxruntime, ai-edge-litert)."""
-    report = Report(command="verify", model=source, seed=seed, batches=batches, full_lists=full_lists)
-    run = Verified(report, progress, path=Path(artifact), model=source, runtime=runtime, inputs=inputs, atol=atol,
-                   rtol=rtol, seed=seed, batches=batches, gelu_guard=gelu_guard, allow_nonfinite=allow_nonfinite,
-                   min_sqnr=min_sqnr, min_top1=min_top1, localize=localize, task=task, trust_source=trust_source,
-                   reports=_reports(report_path, reports))
+    run in `runtime` (by default the one its format names: onnxruntime, ai-edge-litert). The
+    options are `exportgate verify`'s, by name (exporter.options)."""
+    options = given("verify", options)
+    report = Report(command="verify", model=options["source"], seed=options["seed"], batches=options["batches"],
+                    full_lists=options.pop("full_lists"))
+    run = Verified(report, progress, path=Path(artifact), model=options.pop("source"),
+                   reports=_reports(report_path, reports), **options)
     return run_steps(report, VERIFY_STEPS, run, progress, run.reports)
 
 
@@ -759,13 +717,13 @@ CHECK_STEPS = (
 )
 
 
-def check(
-    artifact: str | Path, *, target: str, matrix: str | Path | None = None, full_lists: bool = False,
-    report_path: str | Path | None = None, reports: Mapping[str, str | Path] | None = None,
-) -> Report:
-    """Every incompatibility of an artifact (from any tool) with a target; exit 4 when there is one."""
-    report = Report(command="check", target=target, full_lists=full_lists)
-    run = Checking(report, Path(artifact), target, matrix, _reports(report_path, reports))
+def check(artifact: str | Path, *, report_path: str | Path | None = None,
+          reports: Mapping[str, str | Path] | None = None, **options: Any) -> Report:
+    """Every incompatibility of an artifact (from any tool) with a target; exit 4 when there is one.
+    The options are `exportgate check`'s, by name (exporter.options)."""
+    options = given("check", options)
+    report = Report(command="check", target=options["target"], full_lists=options["full_lists"])
+    run = Checking(report, Path(artifact), options["target"], options["matrix"], _reports(report_path, reports))
     return run_steps(report, CHECK_STEPS, run, silent, run.reports)
 
 

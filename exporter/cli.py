@@ -13,15 +13,17 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from inspect import Parameter, Signature
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
+from exporter import options
+from exporter.options import Option
 from verifiers.errors import ExportgateError, Terminated
 from verifiers.quiet import hide_framework_logs, show_framework_output
-from verifiers.report import LIST_CAP
 from verifiers.writers import job_name
 
 app = typer.Typer(
@@ -33,73 +35,57 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 
-# Reusable option groups (shared by export and verify).
-InputOption = Annotated[list[str], typer.Option(
-    "--input", metavar="NAME:SHAPE:DTYPE[:LOW..HIGH]",
-    help="NAME:SHAPE:DTYPE[:LOW..HIGH], e.g. input_ids:2x16:int64:0..1000 (HIGH exclusive). Repeatable.")]
-AtolOption = Annotated[list[str], typer.Option(
-    "--atol", metavar="[NAME=]NUMBER",
-    help="Absolute tolerance: a number for every output, or NAME=NUMBER for one. Repeatable.")]
-RtolOption = Annotated[list[str], typer.Option(
-    "--rtol", metavar="[NAME=]NUMBER",
-    help="Relative tolerance: a number for every output, or NAME=NUMBER for one. Repeatable.")]
-SeedOption = Annotated[int, typer.Option("--seed", metavar="N", help="Seed for the random verification batches.")]
-BatchesOption = Annotated[int, typer.Option("--batches", metavar="N", min=0,
-    help="Random batches besides the example inputs.")]
-ReportOption = Annotated[Optional[Path], typer.Option("--report", metavar="PATH", help="Write the JSON report here.")]
-JunitOption = Annotated[Optional[Path], typer.Option(
-    "--junit", metavar="PATH",
-    help="Write a JUnit XML report here: one test case per check (export, each output, each GELU "
-    "site, each target check), for CI test views.")]
-SummaryOption = Annotated[Optional[Path], typer.Option(
-    "--summary", metavar="PATH",
-    help="Write a Markdown summary here (verdict, the job, every failure). On GitHub Actions it is "
-    "also appended to $GITHUB_STEP_SUMMARY.")]
-HtmlOption = Annotated[Optional[Path], typer.Option(
-    "--html", metavar="PATH",
-    help="Write an HTML report here: one self-contained page with the verdict, the error histogram "
-    "of each output and a plot of each GELU site against the flavours.")]
-GeluGuardOption = Annotated[bool, typer.Option(
-    "--no-gelu-guard", help="Do not check the GELU sites (the report records it). Without it, a source "
-    "graph that cannot be read fails the run.")]
-NonfiniteOption = Annotated[bool, typer.Option(
-    "--allow-nonfinite", help="Accept NaN and Inf in the source's outputs where the artifact has the same value "
-    "at the same position. Without it they fail the comparison.")]
-TimeoutOption = Annotated[Optional[float], typer.Option(
-    "--timeout", metavar="SECONDS", min=0.001,
-    help="Seconds a runtime may take for one step on the artifact (a load, a batch, the "
-    "GELU probes) before the run fails with exit 4. Default 900.")]
-MemoryOption = Annotated[Optional[float], typer.Option(
-    "--memory-limit", metavar="GIB", min=0.01,
-    help="GiB of address space the runtime's worker process may use. Default: the "
-    "machine's RAM.")]
-TrustSourceOption = Annotated[bool, typer.Option(
-    "--trust-source", help="Load a model file whose loading can run code it carries (a .pt2: torch.export.load "
-    "unpickles; a .keras with a Lambda layer; a model folder's pickled weights or its own code). Without it such "
-    "files are refused.")]
-TaskOption = Annotated[Optional[str], typer.Option(
-    "--task", metavar="TASK", help="A transformers model folder's task, e.g. text-classification (an unknown one "
-    "lists them all). Default: the one its config's architecture does (a causal LM's: the one with past).")]
+
+def _parameter(option: Option) -> Parameter:
+    """A typer parameter made from an option's declaration (exporter.options)."""
+    if option.argument:
+        info = typer.Argument(metavar=option.flag, help=option.help, show_default=False)
+    else:
+        bounds = {key: value for key, value in (("min", option.minimum), ("max", option.maximum)) if value is not None}
+        info = typer.Option(option.flag, metavar=option.metavar, help=option.help,
+                            show_default=option.type is not bool and option.default not in (None, ()), **bounds)
+    if option.type is bool:
+        kind, default = (bool, False) if option.negated else (Optional[bool] if option.default is None else bool,
+                                                                option.default)
+    elif option.type is list:
+        kind, default = list[str], [] if not option.required else Parameter.empty
+    else:
+        kind = option.type if option.required else Optional[option.type]
+        default = Parameter.empty if option.required else option.default
+    return Parameter(option.parameter, Parameter.KEYWORD_ONLY, default=default, annotation=Annotated[kind, info])
 
 
-MatrixOption = Annotated[Optional[Path], typer.Option(
-    "--matrix", metavar="FILE", help="A YAML file of targets that adds to or overrides opset_matrix.yaml.")]
+def _command(body: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], None]:
+    """Register `body` as the command of its name, its parameters those the declarations give it;
+    it is called with the parsed values by option name (a --no-X switch already turned into X)."""
+    declared = options.of(body.__name__)
+
+    def command(**values: Any) -> None:
+        body({option.name: (not values[option.parameter]) if option.negated else values[option.parameter]
+              for option in declared})
+
+    parameters = [_parameter(option) for option in declared]
+    command.__signature__ = Signature(parameters)
+    command.__annotations__ = {parameter.name: parameter.annotation for parameter in parameters}
+    command.__doc__ = body.__doc__
+    app.command(body.__name__)(command)
+    return body
 
 
-LocalizeOption = Annotated[Optional[bool], typer.Option(
-    "--localize/--no-localize", show_default=False,
-    help="Find where the artifact first departs from the source: the op, its module and source line, and the "
-    "error it introduces itself. Default: on a run whose outputs differ; --localize on a green run too.")]
-MinSqnrOption = Annotated[Optional[float], typer.Option(
-    "--min-sqnr", metavar="DB", help="int8 artifacts: the lowest SQNR in dB an output may have (default 20).")]
-MinTop1Option = Annotated[Optional[float], typer.Option(
-    "--min-top1", metavar="FRACTION", min=0.0, max=1.0,
-    help="int8 artifacts: the lowest top-1 agreement with the source for outputs over classes (default 0.95).")]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print the report as JSON on stdout.")]
-FullListsOption = Annotated[bool, typer.Option(
-    "--full-lists", help=f"Keep every entry of the lists that grow with the model (ops computing in float, int8 "
-    f"layers, the divergence profile) in the JSON report, not the first {LIST_CAP} and their count.")]
-QuietOption = Annotated[bool, typer.Option("--quiet", help="No progress lines, only the verdict and failures.")]
+def _api_keywords(command: str, values: dict[str, Any]) -> dict[str, Any]:
+    """The values of `command`'s options that are keywords of its API call."""
+    return {option.name: values[option.name] for option in options.of(command) if option.to == "api"}
+
+
+def _reports(command: str, values: dict[str, Any]) -> dict[str, Path]:
+    """The report files asked for, by writer name (verifiers.writers)."""
+    return {"json" if option.name == "report" else option.name: values[option.name]
+            for option in options.of(command) if option.to == "report" and values[option.name] is not None}
+
+
+def _worker(command: str, values: dict[str, Any]) -> dict[str, Any]:
+    """The runtime worker's settings given to `command` (--timeout, --memory-limit, ...)."""
+    return {option.name: values[option.name] for option in options.of(command) if option.to == "worker"}
 
 
 class _StepLines:
@@ -168,18 +154,11 @@ def _stdout_for_the_report() -> Iterator[None]:
         os.close(saved)
 
 
-def _runtime_limits(timeout: float | None, memory_gib: float | None):
-    """The limits of the runtime worker processes (verifiers.runtimes.isolation) for one command."""
+def _runtime_limits(command: str, values: dict[str, Any]):
+    """The settings of the runtime worker processes (verifiers.runtimes.isolation) for one command."""
     from verifiers.runtimes import isolation
 
-    return isolation.limits(timeout, int(memory_gib * 2**30) if memory_gib else None)
-
-
-def _reports(json_path: Path | None, junit_path: Path | None, html_path: Path | None,
-             summary_path: Path | None) -> dict[str, Path]:
-    """The report files asked for, by writer name (verifiers.writers)."""
-    paths = {"json": json_path, "junit": junit_path, "html": html_path, "summary": summary_path}
-    return {name: path for name, path in paths.items() if path is not None}
+    return isolation.limits(**_worker(command, values))
 
 
 def _finish(report, as_json: bool = False) -> None:
@@ -255,228 +234,73 @@ def hide_framework_chatter() -> None:
     hide_framework_logs()
 
 
-@app.command()
-def export(
-    model: Annotated[str, typer.Argument(metavar="MODEL",
-    help="file.py:callable, model.keras, model.pt2 or a transformers "
-                                              "model folder (save_pretrained)")],
-    to: Annotated[str, typer.Option("--to", metavar="onnx|tflite", help="Artifact format: onnx or tflite.")],
-    out: Annotated[Path, typer.Option("--out", metavar="PATH", help="Where the verified artifact goes.")],
-    opset: Annotated[Optional[int], typer.Option("--opset", metavar="N",
-    help="ONNX opset (default domain) to export at.")] = None,
-    exporter: Annotated[str, typer.Option(
-        "--exporter", metavar="NAME",
-        help="auto, or force one: dynamo, torchscript (PyTorch -> ONNX), tf2onnx (Keras -> ONNX), "
-        "tflite-converter (Keras -> TFLite), litert-torch (PyTorch -> TFLite).")] = "auto",
-    quantize: Annotated[Optional[str], typer.Option(
-        "--quantize", metavar="int8|fp16|dynamic-int8",
-        help="int8 (full-integer post-training quantization, every route); TFLite also fp16 "
-        "(float16 weights) or dynamic-int8 (dynamic-range int8).")] = None,
-    io: Annotated[str, typer.Option(
-        "--io", metavar="float|int8|uint8",
-        help="With --quantize int8: the artifact's input and output types, float, int8 or uint8 (TFLite).")
-    ] = "float",
-    calibration: Annotated[Optional[str], typer.Option(
-        "--calibration", metavar="DATA",
-        help="With --quantize int8: calibration data, an .npz of arrays by input name, a folder of "
-        ".npz/.npy files, or file.py:callable yielding feed dicts (default: seeded random batches).")] = None,
-    allow_float_ops: Annotated[bool, typer.Option(
-        "--allow-float-ops", help="With --quantize int8: let ops without an int8 kernel stay float (the report "
-        "lists them) instead of failing.")] = False,
-    target: Annotated[Optional[str], typer.Option(
-        "--target", metavar="NAME",
-        help="Export for this runtime or device (see `exportgate targets`), and check the artifact "
-        "against it before writing it.")] = None,
-    gelu: Annotated[str, typer.Option(
-        "--gelu", metavar="preserve|tanh|native",
-        help="preserve: each GELU keeps its flavour, in a form the target runs; tanh: write every GELU "
-        "as tanh (declared); native: demand the native GELU op.")] = "preserve",
-    matrix: MatrixOption = None,
-    inputs: InputOption = [],
-    dynamic: Annotated[list[str], typer.Option("--dynamic", metavar="NAME:AXIS[:MIN..MAX]",
-    help="NAME:AXIS[:MIN..MAX]: make an input axis dynamic (verified at several sizes within MIN..MAX).")] = [],
-    atol: AtolOption = [],
-    rtol: RtolOption = [],
-    seed: SeedOption = 0,
-    batches: BatchesOption = 3,
-    no_verify: Annotated[bool, typer.Option("--no-verify", help="Skip verification (the report says so).")] = False,
-    no_gelu_guard: GeluGuardOption = False,
-    allow_nonfinite: NonfiniteOption = False,
-    min_sqnr: MinSqnrOption = None,
-    min_top1: MinTop1Option = None,
-    localize: LocalizeOption = None,
-    trust_source: TrustSourceOption = False,
-    task: TaskOption = None,
-    timeout: TimeoutOption = None,
-    memory_limit: MemoryOption = None,
-    report: ReportOption = None,
-    junit: JunitOption = None,
-    html: HtmlOption = None,
-    summary: SummaryOption = None,
-    full_lists: FullListsOption = False,
-    quiet: QuietOption = False,
-    as_json: JsonOption = False,
-) -> None:
+@_command
+def export(values: dict[str, Any]) -> None:
     """Export MODEL, verify the artifact, and write it to --out only if it passes."""
     from exporter import api
 
-    with _interruptible(), _stdout_for_the_report(), _runtime_limits(timeout, memory_limit), \
-            _command_progress(quiet) as progress:
-        result = api.export(
-            model, to=to, out=out, opset=opset, exporter=exporter, quantize=quantize, io=io, calibration=calibration,
-            allow_float_ops=allow_float_ops, target=target, gelu=gelu, matrix=matrix, inputs=inputs, dynamic=dynamic,
-            atol=atol, rtol=rtol, min_sqnr=min_sqnr, min_top1=min_top1, localize=localize, seed=seed,
-            batches=batches,
-            verify=not no_verify, gelu_guard=not no_gelu_guard, allow_nonfinite=allow_nonfinite,
-            trust_source=trust_source, task=task, full_lists=full_lists, reports=_reports(report, junit, html, summary),
-            progress=progress,
-        )
-    _finish(result, as_json)
+    with _interruptible(), _stdout_for_the_report(), _runtime_limits("export", values), \
+            _command_progress(values["quiet"]) as progress:
+        result = api.export(**_api_keywords("export", values), reports=_reports("export", values), progress=progress)
+    _finish(result, values["json"])
 
 
-@app.command()
-def verify(
-    artifact: Annotated[Path, typer.Argument(metavar="ARTIFACT", help="The .onnx or .tflite artifact to check.")],
-    source: Annotated[str, typer.Option("--source", metavar="MODEL",
-    help="The source model: file.py:callable, .keras, .pt2 or a "
-                                                          "transformers model folder.")],
-    runtime: Annotated[Optional[str], typer.Option(
-        "--runtime", metavar="NAME",
-        help="The runtime to run ARTIFACT in (default: the one its format names: onnxruntime for "
-        "ONNX, ai-edge-litert for TFLite).")] = None,
-    inputs: InputOption = [],
-    atol: AtolOption = [],
-    rtol: RtolOption = [],
-    seed: SeedOption = 0,
-    batches: BatchesOption = 3,
-    no_gelu_guard: GeluGuardOption = False,
-    allow_nonfinite: NonfiniteOption = False,
-    min_sqnr: MinSqnrOption = None,
-    min_top1: MinTop1Option = None,
-    localize: LocalizeOption = None,
-    trust_source: TrustSourceOption = False,
-    task: TaskOption = None,
-    timeout: TimeoutOption = None,
-    memory_limit: MemoryOption = None,
-    report: ReportOption = None,
-    junit: JunitOption = None,
-    html: HtmlOption = None,
-    summary: SummaryOption = None,
-    full_lists: FullListsOption = False,
-    quiet: QuietOption = False,
-    as_json: JsonOption = False,
-) -> None:
+@_command
+def verify(values: dict[str, Any]) -> None:
     """Run ARTIFACT and its source model on the same inputs and compare every output."""
     from exporter import api
 
-    with _interruptible(), _stdout_for_the_report(), _runtime_limits(timeout, memory_limit), \
-            _command_progress(quiet) as progress:
-        result = api.verify(artifact, source=source, runtime=runtime, inputs=inputs, atol=atol, rtol=rtol, seed=seed,
-                            batches=batches, gelu_guard=not no_gelu_guard, allow_nonfinite=allow_nonfinite,
-                            min_sqnr=min_sqnr, min_top1=min_top1, localize=localize, task=task,
-                            trust_source=trust_source, full_lists=full_lists,
-                            reports=_reports(report, junit, html, summary), progress=progress)
-    _finish(result, as_json)
+    with _interruptible(), _stdout_for_the_report(), _runtime_limits("verify", values), \
+            _command_progress(values["quiet"]) as progress:
+        result = api.verify(**_api_keywords("verify", values), reports=_reports("verify", values), progress=progress)
+    _finish(result, values["json"])
 
 
-@app.command()
-def check(
-    artifact: Annotated[Path, typer.Argument(metavar="ARTIFACT", help="The .onnx or .tflite artifact, from any tool.")],
-    target: Annotated[str, typer.Option("--target", metavar="NAME",
-    help="The runtime or device (see `exportgate targets`).")],
-    matrix: MatrixOption = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
-    report: ReportOption = None,
-    junit: JunitOption = None,
-    html: HtmlOption = None,
-    summary: SummaryOption = None,
-    full_lists: FullListsOption = False,
-) -> None:
+@_command
+def check(values: dict[str, Any]) -> None:
     """List every incompatibility of ARTIFACT with a target: exit 4 when there is any, 0 when none."""
     from exporter.digests import hash_ahead
 
-    hash_ahead(artifact)  # the report's SHA-256 is hashed while the rest imports and the check runs
+    hash_ahead(values["artifact"])  # the report's SHA-256 is hashed while the rest imports and the check runs
     from exporter import api
 
     with _interruptible():
-        result = api.check(artifact, target=target, matrix=matrix, full_lists=full_lists,
-                           reports=_reports(report, junit, html, summary))
-    _finish(result, as_json)
+        result = api.check(**_api_keywords("check", values), reports=_reports("check", values))
+    _finish(result, values["json"])
 
 
-ConfigArgument = Annotated[Optional[Path], typer.Argument(
-    metavar="[CONFIG]",
-    help="The config: exportgate.toml (default), or a pyproject.toml with [tool.exportgate].")]
-
-
-@app.command()
-def run(
-    config: ConfigArgument = None,
-    out_dir: Annotated[Optional[Path], typer.Option(
-        "--out-dir", metavar="DIR", help="Where each job's folder goes (OUT_DIR/MODEL/ARTIFACT). Default: the config's "
-        "out_dir, else exportgate-out.")] = None,
-    jobs: Annotated[Optional[int], typer.Option("--jobs", metavar="N", min=1,
-    help="Jobs at a time. Default: the cores.")] = None,
-    only: Annotated[list[str], typer.Option("--only", metavar="JOB",
-    help="Run this job (MODEL/ARTIFACT). Repeatable.")] = [],
-    shard: Annotated[Optional[str], typer.Option(
-        "--shard", metavar="I/N", help="Run slice I of N (1-based) of the jobs, e.g. 2/4.")] = None,
-    no_cache: Annotated[bool, typer.Option("--no-cache", help="Export every job, cached or not.")] = False,
-    cache_dir: Annotated[Optional[Path], typer.Option(
-        "--cache-dir", metavar="DIR", help="The cache of job results. Default: $XDG_CACHE_HOME/exportgate.")] = None,
-    job_timeout: Annotated[Optional[float], typer.Option(
-        "--job-timeout", metavar="SECONDS", min=0.001, help="Seconds a job may take; past them it fails.")] = None,
-    timeout: TimeoutOption = None,
-    memory_limit: MemoryOption = None,
-    report: ReportOption = None,
-    junit: JunitOption = None,
-    html: HtmlOption = None,
-    summary: SummaryOption = None,
-    quiet: QuietOption = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the combined report as JSON on stdout.")] = False,
-) -> None:
+@_command
+def run(values: dict[str, Any]) -> None:
     """Run a config's jobs (models x artifacts), each exported and verified in a worker process."""
     from exporter import runs
 
-    with _interruptible(), _job_progress(quiet) as progress:
-        result = runs.run(config, out_dir=out_dir, workers=jobs, only=only, shard=shard, cache=not no_cache,
-                          cache_dir=cache_dir, job_timeout=job_timeout, timeout=timeout, memory_limit=memory_limit,
-                          reports=_reports(report, junit, html, summary), progress=progress)
-    _finish_jobs(result, as_json, f"job folders in {result.out_dir}", {"--report": report, "--junit": junit,
-                                                                       "--html": html, "--summary": summary})
+    reports = _reports("run", values)
+    with _interruptible(), _job_progress(values["quiet"]) as progress:
+        result = runs.run(values["config"], out_dir=values["out_dir"], workers=values["jobs"], only=values["only"],
+                          shard=values["shard"], cache=values["cache"], cache_dir=values["cache_dir"],
+                          job_timeout=values["job_timeout"], worker=_worker("run", values), reports=reports,
+                          progress=progress)
+    _finish_jobs(result, values["json"], f"job folders in {result.out_dir}", reports)
 
 
-@app.command()
-def plan(
-    config: ConfigArgument = None,
-    fmt: Annotated[str, typer.Option(
-        "--format", metavar="json|github|gitlab",
-        help="json (the job ids), github (strategy.matrix: {include: [{job}]}) or gitlab "
-        "(parallel:matrix with EXPORTGATE_JOB).")] = "json",
-) -> None:
+@_command
+def plan(values: dict[str, Any]) -> None:
     """Print the config's job matrix as JSON, for a CI system to fan the jobs out."""
     from exporter import runs
 
-    typer.echo(json.dumps(runs.plan(config, fmt)))
+    typer.echo(json.dumps(runs.plan(values["config"], values["format"])))
 
 
-@app.command()
-def merge(
-    folders: Annotated[list[Path], typer.Argument(metavar="DIR...", help="Output folders of runs or shards (each holds "
-                                                       "MODEL/ARTIFACT/report.json).")],
-    report: ReportOption = None,
-    junit: JunitOption = None,
-    html: HtmlOption = None,
-    summary: SummaryOption = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the combined report as JSON on stdout.")] = False,
-) -> None:
+@_command
+def merge(values: dict[str, Any]) -> None:
     """Join the job reports of several runs (CI jobs) into one, with the combined exit code."""
     from exporter import runs
 
+    folders = [Path(folder) for folder in values["folders"]]
+    reports = _reports("merge", values)
     with _interruptible():
-        result = runs.merge(folders, reports=_reports(report, junit, html, summary))
-    _finish_jobs(result, as_json, f"{len(result.jobs)} job report(s) from {len(folders)} folder(s)",
-                 {"--report": report, "--junit": junit, "--html": html, "--summary": summary})
+        result = runs.merge(folders, reports=reports)
+    _finish_jobs(result, values["json"], f"{len(result.jobs)} job report(s) from {len(folders)} folder(s)", reports)
 
 
 def _finish_jobs(result, as_json: bool, where: str, written: dict) -> None:
@@ -489,7 +313,8 @@ def _finish_jobs(result, as_json: bool, where: str, written: dict) -> None:
                               indent=2, default=str))
     for line in result.summary_lines():
         typer.echo(line, err=True)
-    files = ", ".join(f"{option} {path}" for option, path in written.items() if path is not None)
+    files = ", ".join(f"{options.flag_of('report' if writer == 'json' else writer, 'merge')} {path}"
+                      for writer, path in written.items())
     typer.echo(f"{where}" + (f"; reports: {files}" if files else ""), err=True)
     _tell_ci(result.jobs)
     raise typer.Exit(result.exit_code)
@@ -538,17 +363,14 @@ def _job_progress(quiet: bool) -> Iterator:
         yield update
 
 
-@app.command()
-def targets(
-    matrix: MatrixOption = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
-) -> None:
+@_command
+def targets(values: dict[str, Any]) -> None:
     """List the runtimes and devices exportgate knows, with what each supports."""
     from exporter import api
     from verifiers.formats import FORMATS
 
-    entries = api.targets(matrix)
-    if as_json:
+    entries = api.targets(values["matrix"])
+    if values["json"]:
         typer.echo(json.dumps(entries, indent=2))
         return
     for entry in entries:
@@ -559,23 +381,18 @@ def targets(
         typer.echo(f"{entry['name']}: {entry['format']}, {limit}; GELU: {gelu or 'no claim'}{confirmed}")
 
 
-@app.command()
-def inspect(
-    artifact: Annotated[Path, typer.Argument(metavar="ARTIFACT", help="The artifact to describe.")],
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
-    timeout: TimeoutOption = None,
-    memory_limit: MemoryOption = None,
-) -> None:
+@_command
+def inspect(values: dict[str, Any]) -> None:
     """Show an artifact's format, opsets, op counts, inputs and outputs, and its GELU sites."""
     from verifiers.runtimes.isolation import start_spare
 
-    with _interruptible(), _runtime_limits(timeout, memory_limit):
+    with _interruptible(), _runtime_limits("inspect", values):
         start_spare()  # the runtime worker that measures the GELU sites starts while the rest imports
         from exporter import api
         from verifiers.formats import FORMATS
 
-        info = api.inspect(artifact)
-    if as_json:
+        info = api.inspect(values["artifact"])
+    if values["json"]:
         typer.echo(json.dumps(info, indent=2))
         return
     for line in FORMATS[info["format"]].headline(info):

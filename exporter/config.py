@@ -39,48 +39,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from exporter.options import as_strings, job_options
 from verifiers.errors import BadInput, ExportgateError, one_line
 
 CONFIG_FILES = ("exportgate.toml", "pyproject.toml")
 
 
-def _strings(value: Any) -> list[str] | None:
-    if isinstance(value, (str, int, float)) and not isinstance(value, bool):
-        return [str(value)]
-    if isinstance(value, list) and all(isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in value):
-        return [str(v) for v in value]
-    return None
-
-
-# option -> (what it must be, the parser that returns the value for api.export or None when wrong)
-_OPTIONS = {
-    "to": ("a format name", lambda v: v if isinstance(v, str) else None),
-    "opset": ("a positive integer", lambda v: v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None),
-    "target": ("a target name", lambda v: v if isinstance(v, str) else None),
-    "gelu": ("preserve, tanh or native", lambda v: v if isinstance(v, str) else None),
-    "quantize": ("int8, fp16 or dynamic-int8", lambda v: v if isinstance(v, str) else None),
-    "io": ("float, int8 or uint8", lambda v: v if isinstance(v, str) else None),
-    "calibration": ("a path (.npz, a folder) or file.py:callable", lambda v: v if isinstance(v, str) and v else None),
-    "allow_float_ops": ("true or false", lambda v: v if isinstance(v, bool) else None),
-    "min_sqnr": ("a number (dB)", lambda v: float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None),
-    "min_top1": ("a number from 0 to 1", lambda v: float(v) if isinstance(v, (int, float)) and not isinstance(v, bool)
-                 and 0 <= v <= 1 else None),
-    "exporter": ("an exporter name", lambda v: v if isinstance(v, str) else None),
-    "dynamic": ("NAME:AXIS[:MIN..MAX] or a list of them", _strings),
-    "inputs": ("NAME:SHAPE:DTYPE or a list of them", _strings),
-    "atol": ("a number, NAME=NUMBER or a list of them", _strings),
-    "rtol": ("a number, NAME=NUMBER or a list of them", _strings),
-    "seed": ("an integer", lambda v: v if isinstance(v, int) and not isinstance(v, bool) else None),
-    "batches": ("a non-negative integer",
-                lambda v: v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None),
-    "verify": ("true or false", lambda v: v if isinstance(v, bool) else None),
-    "localize": ("true or false", lambda v: v if isinstance(v, bool) else None),
-    "gelu_guard": ("true or false", lambda v: v if isinstance(v, bool) else None),
-    "allow_nonfinite": ("true or false", lambda v: v if isinstance(v, bool) else None),
-    "trust_source": ("true or false", lambda v: v if isinstance(v, bool) else None),
-    "full_lists": ("true or false", lambda v: v if isinstance(v, bool) else None),
-    "task": ("a task name (feature-extraction, text-generation, ...)", lambda v: v if isinstance(v, str) and v else None),
-}
+_OPTIONS = job_options()  # a job's fields: export's options a job may set (exporter.options)
 _MODEL_KEYS = {"spec", "files", "artifacts"}
 _ARTIFACT_KEYS = {"models"}
 _TOP_KEYS = {"out_dir", "matrix", "defaults", "models", "artifacts"}
@@ -158,7 +123,7 @@ def load_config(path: str | Path | None = None) -> Config:
         artifact = _table(artifacts, artifact_name, where, f"artifacts.{artifact_name}")
         _only(artifact, set(_OPTIONS) | _ARTIFACT_KEYS, where, f"[artifacts.{artifact_name}] ")
         chosen = artifact.get("models", list(models))
-        if _strings(chosen) is None or any(name not in models for name in chosen):
+        if as_strings(chosen) is None or any(name not in models for name in chosen):
             raise BadInput(f"{where}: [artifacts.{artifact_name}] models: must list model names of [models] "
                            f"({', '.join(models)})")
         for model_name in chosen:
@@ -169,7 +134,7 @@ def load_config(path: str | Path | None = None) -> Config:
                                  **job.options)
         except Exception as exc:  # BadInput; Incompatible: an opset above the target's
             message = str(exc) if isinstance(exc, ExportgateError) else one_line(exc)
-            field = _field_of(message, job.options)
+            field = getattr(exc, "option", None)
             raise BadInput(f"{where}: job {job.id}: {field + ': ' if field else ''}{message}") from exc
     jobs.sort(key=lambda job: job.id)
     return Config(path, jobs, _path(raw, "out_dir", base, where, must_exist=False), matrix)
@@ -193,7 +158,7 @@ def _job(model_name: str, models: dict, artifact_name: str, artifact: dict, defa
         raise BadInput(f"{where}: job {job_id}: spec: {file}: "
                        + ("a folder without config.json (not a transformers model folder)" if file.is_dir()
                           else "no such file"))
-    extra = _strings(model.get("files", []))
+    extra = as_strings(model.get("files", []))
     if extra is None:
         raise BadInput(f"{where}: job {job_id}: files: must be a path or a list of paths")
     options: dict[str, Any] = {}
@@ -202,10 +167,10 @@ def _job(model_name: str, models: dict, artifact_name: str, artifact: dict, defa
         for key, value in table.items():
             if key not in _OPTIONS:
                 continue
-            expected, parse = _OPTIONS[key]
-            parsed = parse(value)
+            parsed = _OPTIONS[key].parse_field(value)
             if parsed is None:
-                raise BadInput(f"{where}: job {job_id}: {key}: must be {expected}, got {value!r} (in [{label}])")
+                raise BadInput(f"{where}: job {job_id}: {key}: must be {_OPTIONS[key].expectation()}, got {value!r} "
+                               f"(in [{label}])")
             options[key] = parsed
     if "to" not in options:
         raise BadInput(f"{where}: job {job_id}: to: [artifacts.{artifact_name}] needs to = \"onnx\" or \"tflite\"")
@@ -218,28 +183,6 @@ def _job(model_name: str, models: dict, artifact_name: str, artifact: dict, defa
             raise BadInput(f"{where}: job {job_id}: files: {extra_file}: no such file or folder")
     model_spec = f"{file}:{attr}" if sep and model_path.endswith(".py") else str(file)
     return Job(job_id, model_spec, options, tuple(files), matrix)
-
-
-# export's option for each config field, as its messages name them
-_FLAGS = {"to": "--to", "opset": "--opset", "target": "--target", "gelu": "--gelu", "quantize": "--quantize",
-          "io": "--io", "calibration": "--calibration", "min_sqnr": "--min-sqnr", "min_top1": "--min-top1",
-          "exporter": "--exporter", "dynamic": "--dynamic", "inputs": "--input", "atol": "--atol", "rtol": "--rtol",
-          "task": "--task"}
-
-
-def _field_of(message: str, options: dict[str, Any]) -> str | None:
-    """The config field an export error is about: the one whose option it names, else the one
-    whose value it quotes."""
-    for field, flag in _FLAGS.items():
-        if message.startswith(flag + " "):
-            return field
-    for field, flag in _FLAGS.items():
-        if f" {flag} " in message:
-            return field
-    for field, value in options.items():
-        if isinstance(value, str) and repr(value) in message:
-            return field
-    return None
 
 
 def _table(raw: dict, key: str, where: str, label: str | None = None) -> dict:

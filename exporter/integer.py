@@ -11,6 +11,7 @@ import math
 from dataclasses import asdict
 from pathlib import Path
 
+from exporter.options import flag_of
 from exporter.routes import check_io
 from exporter.sources import Source, make_batches
 from verifiers.errors import BadInput
@@ -29,10 +30,11 @@ WEAK_MARGIN_DB = 6.0
 def check_integer_options(quantize: str | None, io: str, calibration: str | None, allow_float_ops: bool) -> None:
     """The int8 options make sense together (before the model loads)."""
     check_io(io, quantize)
-    needs_int8 = [flag for flag, given in (("--calibration", calibration is not None),
-                                           ("--allow-float-ops", allow_float_ops)) if given]
+    needs_int8 = [name for name, given in (("calibration", calibration is not None),
+                                           ("allow_float_ops", allow_float_ops)) if given]
     if needs_int8 and quantize != "int8":
-        raise BadInput(f"{needs_int8[0]} applies to full-integer exports only: add --quantize int8")
+        raise BadInput(f"{flag_of(needs_int8[0])} applies to full-integer exports only: add --quantize int8",
+                       option=needs_int8[0])
 
 
 def thresholds(min_sqnr: float | None, min_top1: float | None) -> IntegerThresholds:

@@ -36,6 +36,7 @@ from pathlib import Path
 
 from exporter.config import Job, files_digest
 from exporter.digests import sha256
+from exporter.options import job_argv, worker_argv
 from verifiers.errors import BadInput
 from verifiers.report import Report, library_versions
 from verifiers.target_matrix import packaged_matrix_path
@@ -259,34 +260,13 @@ def _interrupt_children() -> None:
                 child.send_signal(signal.SIGINT)
 
 
-def export_arguments(job: Job, out: Path, report: Path, limits: dict) -> list[str]:
-    """The `exportgate export` command line of a job."""
-    options = job.options
-    args = ["export", job.model, "--to", options["to"], "--out", str(out), "--report", str(report)]
-    for key, flag in (("opset", "--opset"), ("target", "--target"), ("gelu", "--gelu"), ("quantize", "--quantize"),
-                      ("io", "--io"), ("calibration", "--calibration"), ("min_sqnr", "--min-sqnr"),
-                      ("min_top1", "--min-top1"), ("exporter", "--exporter"), ("seed", "--seed"),
-                      ("batches", "--batches"), ("task", "--task")):
-        if key in options:
-            args += [flag, str(options[key])]
-    for key, flag in (("dynamic", "--dynamic"), ("inputs", "--input"), ("atol", "--atol"), ("rtol", "--rtol")):
-        for value in options.get(key, []):
-            args += [flag, value]
-    for key, flag in (("verify", "--no-verify"), ("gelu_guard", "--no-gelu-guard")):
-        if options.get(key) is False:
-            args.append(flag)
-    if "localize" in options:
-        args.append("--localize" if options["localize"] else "--no-localize")
-    for key, flag in (("allow_nonfinite", "--allow-nonfinite"), ("allow_float_ops", "--allow-float-ops"),
-                      ("trust_source", "--trust-source"), ("full_lists", "--full-lists")):
-        if options.get(key):
-            args.append(flag)
+def export_arguments(job: Job, out: Path, report: Path, worker: dict) -> list[str]:
+    """The `exportgate export` command line of a job, with the runtime worker's settings."""
+    options = dict(job.options)
+    args = ["export", job.model, "--out", str(out), "--report", str(report), *job_argv(options)]
     if job.matrix is not None:
         args += ["--matrix", str(job.matrix)]
-    for key, flag in (("timeout", "--timeout"), ("memory_limit", "--memory-limit")):
-        if limits.get(key) is not None:
-            args += [flag, str(limits[key])]
-    return args
+    return args + worker_argv(worker)
 
 
 def _export(job: Job, folder: Path, progress: JobProgress, timeout: float | None, limits: dict) -> Report:

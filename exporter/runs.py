@@ -10,9 +10,11 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from exporter.config import load_config
 from exporter.jobs import REPORT_FILE, JobCache, JobProgress, JobResult, default_cache_dir, run_jobs, select
+from exporter.options import given
 from verifiers.errors import BadInput, one_line
 from verifiers.report import Report, combined_exit_code
 from verifiers.writers import check_reports, write_job_reports
@@ -47,18 +49,20 @@ class RunResult:
 
 def run(config: str | Path | None = None, *, out_dir: str | Path | None = None, workers: int | None = None,
         only: Sequence[str] = (), shard: str | None = None, cache: bool = True, cache_dir: str | Path | None = None,
-        job_timeout: float | None = None, timeout: float | None = None, memory_limit: float | None = None,
+        job_timeout: float | None = None, worker: Mapping[str, Any] | None = None,
         reports: Mapping[str, str | Path] | None = None, progress: JobProgress = lambda job, message: None,
         ) -> RunResult:
     """Run the config's jobs (those of --only or --shard), each in a worker process into
     OUT_DIR/JOB_ID, `workers` at a time (default: the cores), reusing cached results unless
-    `cache` is False. The whole config is validated first: a bad field runs nothing (BadInput)."""
+    `cache` is False; `worker`: the runtime worker's settings every job gets (timeout,
+    memory_limit, ... as exporter.options names them). The whole config is validated first: a
+    bad field runs nothing (BadInput)."""
     paths = {name: Path(path) for name, path in (reports or {}).items()}
     check_reports(paths)
     loaded = load_config(config)
     jobs = select(loaded.jobs, list(only), shard)
     folder = Path(out_dir or loaded.out_dir or DEFAULT_OUT_DIR)
-    limits = {"timeout": timeout, "memory_limit": memory_limit}
+    limits = given("run", dict(worker or {}), to="worker")
     job_cache = JobCache(Path(cache_dir) if cache_dir else default_cache_dir()) if cache else None
     for job in jobs:
         progress(job.id, "waiting")

@@ -96,9 +96,9 @@ def _parse_nonnegative(option: str, text: str, value: str) -> float:
     try:
         number = float(value)
     except ValueError:
-        raise BadInput(f"{option} {text!r}: expected a number or NAME=NUMBER") from None
+        raise BadInput(f"{option} {text!r}: expected a number or NAME=NUMBER", option=option[2:]) from None
     if not number >= 0:
-        raise BadInput(f"{option} {text!r}: tolerance must be a non-negative number")
+        raise BadInput(f"{option} {text!r}: tolerance must be a non-negative number", option=option[2:])
     return number
 
 

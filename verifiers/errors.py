@@ -3,6 +3,7 @@ error is told in one line (with the line of the user's own code that raised it).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import sysconfig
@@ -11,25 +12,41 @@ from pathlib import Path
 
 
 class ExportgateError(Exception):
-    """A failure with a finding kind ("input", "opset", "target", "numeric", "gelu")."""
+    """A failure with a finding kind ("input", "opset", "target", "numeric", "gelu"), and the
+    option it is about (its name in exporter.options), where one is to blame."""
 
     kind = "input"
+    option: str | None = None
 
-    def __init__(self, message: str, kind: str | None = None):
+    def __init__(self, message: str, kind: str | None = None, option: str | None = None):
         super().__init__(message)
         if kind is not None:
             self.kind = kind
+        if option is not None:
+            self.option = option
 
     def __reduce__(self):
         # Pickled (from a runtime worker) with its kind, whatever the subclass's __init__ takes.
-        return _rebuild, (type(self), str(self), self.kind)
+        return _rebuild, (type(self), str(self), self.kind, self.option)
 
 
-def _rebuild(cls: type[ExportgateError], message: str, kind: str) -> ExportgateError:
+def _rebuild(cls: type[ExportgateError], message: str, kind: str, option: str | None = None) -> ExportgateError:
     error = cls.__new__(cls)
     Exception.__init__(error, message)
     error.kind = kind
+    error.option = option
     return error
+
+
+@contextlib.contextmanager
+def about(option: str):
+    """An error raised inside, that names no option yet, is about `option`."""
+    try:
+        yield
+    except ExportgateError as exc:
+        if exc.option is None:
+            exc.option = option
+        raise
 
 
 class BadInput(ExportgateError):

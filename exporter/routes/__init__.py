@@ -57,9 +57,10 @@ class ExportResult:
 def check_io(io: str, quantize: str | None) -> None:
     """--io is one of IO_TYPES, and other than float only with --quantize int8."""
     if io not in IO_TYPES:
-        raise BadInput(f"--io {io!r}: choose one of {', '.join(IO_TYPES)}")
+        raise BadInput(f"--io {io!r}: choose one of {', '.join(IO_TYPES)}", option="io")
     if io != "float" and quantize != "int8":
-        raise BadInput(f"--io {io} sets the input/output types of full-integer exports only: add --quantize int8")
+        raise BadInput(f"--io {io} sets the input/output types of full-integer exports only: add --quantize int8",
+                       option="io")
 
 
 def check_int8_request(request: ExportRequest) -> None:
@@ -139,14 +140,15 @@ def check_request(fmt: str, exporter: str = "auto", quantize: str | None = None)
     framework) is known: each must be an option of some route to `fmt`."""
     routes = [ROUTES[key] for key in ROUTES if key.partition("->")[2] == fmt]
     if not routes:
-        raise BadInput(f"--to {fmt!r}: choose one of {', '.join(formats())}")
+        raise BadInput(f"--to {fmt!r}: choose one of {', '.join(formats())}", option="to")
     exporters = sorted({name for route in routes for name in route.exporters})
     if exporter != "auto" and exporter not in exporters:
-        raise BadInput(f"--exporter {exporter!r} does not export to {fmt} (choose auto or one of {', '.join(exporters)})")
+        raise BadInput(f"--exporter {exporter!r} does not export to {fmt} (choose auto or one of "
+                       f"{', '.join(exporters)})", option="exporter")
     modes = sorted({mode for route in routes for mode in route.quantize_modes})
     if quantize is not None and quantize not in modes:
         choice = f"choose one of {', '.join(modes)}" if modes else "it has none"
-        raise BadInput(f"--quantize {quantize!r} is not an option of {fmt} exports ({choice})")
+        raise BadInput(f"--quantize {quantize!r} is not an option of {fmt} exports ({choice})", option="quantize")
 
 
 def check_opset(fmt: str, opset: int | None, framework: str | None = None) -> None:

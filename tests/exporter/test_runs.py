@@ -272,7 +272,7 @@ def test_other_runtime_limits_run_the_jobs_again(cold_cache, tmp_path, limit):
     """--timeout and --memory-limit (generous here) can change a verdict: a result made under
     other limits is not reused."""
     folder = cached_copy(cold_cache, tmp_path)
-    result = run_cached(folder / "exportgate.toml", only=["mlp/onnx17"], **limit)
+    result = run_cached(folder / "exportgate.toml", only=["mlp/onnx17"], worker=limit)
     assert reused_jobs(result) == {"mlp/onnx17": False} and verdicts(result) == {"mlp/onnx17": 0}
     assert run_cached(folder / "exportgate.toml").reused == 2
 
@@ -432,40 +432,53 @@ opset = 17
 
 
 
-# Options of `export` that are not a job's: where its files go (the run decides), how it prints,
-# and the run's own limits and target matrix (run options and the config's top-level `matrix`).
-_NOT_JOB_OPTIONS = {"model", "out", "report", "junit", "html", "summary", "quiet", "as_json", "timeout",
-                    "memory_limit", "matrix"}
+# Values a job may give the options that take names (the rest follow from each option's type).
+_NAMED_VALUES = {"to": "onnx", "opset": 17, "exporter": "torchscript", "quantize": "int8", "io": "float",
+                 "calibration": "data.npz", "target": "ort-1.16", "gelu": "preserve", "inputs": ["x:2x4:float32"],
+                 "dynamic": ["x:0"], "atol": ["1e-3"], "rtol": ["1e-2"], "task": "text-classification"}
+
+
+def _job_value(option):
+    """A value other than the default, of the option's type."""
+    if option.name in _NAMED_VALUES:
+        return _NAMED_VALUES[option.name]
+    if option.type is bool:
+        return not option.default if option.default is not None else True
+    return {int: 3, float: 0.5}[option.type]
 
 
 def test_a_job_can_set_every_option_export_takes(tmp_path):
-    """Each option of the export command has its config field, and a job setting it hands it on
-    to the export the job runs."""
+    """Every option of the export command, but where its files go, how it prints, the runtime
+    worker's settings (the run's own) and the target matrix (the config's top level), is a config
+    field; a job setting each hands it to the export it runs, as export's own parser reads it."""
+    import tomllib
+
     import typer.main
 
+    from exporter import options
     from exporter.cli import app
     from exporter.config import load_config
     from exporter.jobs import export_arguments
 
-    command = typer.main.get_command(app).commands["export"]
-    params = {param.name.removeprefix("no_"): param for param in command.params if param.name not in _NOT_JOB_OPTIONS}
-    values = {"to": '"onnx"', "opset": "17", "exporter": '"torchscript"', "quantize": '"int8"', "io": '"float"',
-              "calibration": '"data.npz"', "target": '"ort-1.16"', "gelu": '"preserve"', "inputs": '["x:2x4:float32"]',
-              "dynamic": '["x:0"]', "atol": '["1e-3"]', "rtol": '["1e-2"]', "seed": "3", "batches": "2",
-              "min_sqnr": "25", "min_top1": "0.9", "task": '"text-classification"'}
-    switches = {"verify": False, "gelu_guard": False, "allow_float_ops": True, "allow_nonfinite": True,
-                "localize": True, "trust_source": True, "full_lists": True}
-    assert set(params) == set(values) | set(switches)  # a new export option: a config field, and a line here
+    settable = [option for option in options.of("export") if option.to == "api" and not option.argument
+                and option.name not in ("out", "matrix")]
+    assert [option.name for option in settable if not option.job] == []
+    values = {option.name: _job_value(option) for option in settable}
     (tmp_path / "data.npz").write_bytes(b"")
     (tmp_path / "folder").mkdir()
     (tmp_path / "folder" / "config.json").write_text("{}")
-    fields = [f"{name} = {value}" for name, value in values.items()]
-    fields += [f"{name} = {str(value).lower()}" for name, value in switches.items()]
-    (tmp_path / "exportgate.toml").write_text('[models.m]\nspec = "folder"\n\n[artifacts.a]\n' + "\n".join(fields))
+    fields = "\n".join(f"{name} = {json.dumps(value)}" for name, value in values.items())
+    (tmp_path / "exportgate.toml").write_text('[models.m]\nspec = "folder"\n\n[artifacts.a]\n' + fields)
+    assert tomllib.loads((tmp_path / "exportgate.toml").read_text())["artifacts"]["a"] == values
 
     (job,) = load_config(tmp_path / "exportgate.toml").jobs
     args = export_arguments(job, tmp_path / "out.onnx", tmp_path / "report.json", {})
-    for name, param in params.items():
-        flag = param.opts[0] if switches.get(name, True) else param.secondary_opts[0] if param.secondary_opts else \
-            param.opts[0]
-        assert flag in args, (name, flag, args)
+    command = typer.main.get_command(app).commands["export"]
+    parsed = command.make_context("export", args[1:]).params
+    for option in settable:
+        given = parsed[option.parameter]
+        given = (not given) if option.negated else given
+        expected = values[option.name]
+        if option.name == "calibration":
+            expected = str(tmp_path / expected)
+        assert given == expected, (option.name, given, expected, args)

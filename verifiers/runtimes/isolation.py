@@ -61,11 +61,12 @@ LIMITS: contextvars.ContextVar[Limits] = contextvars.ContextVar("exportgate_runt
 
 
 @contextlib.contextmanager
-def limits(timeout: float | None = None, memory: int | None = None):
-    """Set the worker limits for the steps run inside (None keeps the default)."""
+def limits(timeout: float | None = None, memory_limit: float | None = None):
+    """Set the worker limits for the steps run inside: seconds per step, GiB of address space
+    (the options --timeout and --memory-limit; None keeps the default)."""
     default = Limits()
     token = LIMITS.set(Limits(timeout if timeout is not None else default.timeout,
-                              memory if memory is not None else default.memory))
+                              int(memory_limit * 2**30) if memory_limit is not None else default.memory))
     try:
         yield
     finally:

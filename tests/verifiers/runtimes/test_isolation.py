@@ -72,7 +72,7 @@ def test_a_hang_ends_at_the_time_limit(tmp_path):
 
 
 def test_memory_past_the_limit_is_a_finding():
-    with isolation.limits(memory=1 << 30), pytest.raises(RuntimeCrashed, match="out of memory"):
+    with isolation.limits(memory_limit=1), pytest.raises(RuntimeCrashed, match="out of memory"):
         isolation.call(runners.allocate, 2 << 30, runtime="probe-runtime", step="probing")
     assert isolation.call(runners.allocate, 1 << 20, runtime="probe-runtime", step="probing") == 1 << 20
 

@@ -29,7 +29,7 @@ def test_probes_run_in_the_spare_worker_and_measure_what_the_runtime_computes():
 def test_a_spare_under_other_limits_is_not_taken():
     isolation.start_spare()
     [spare] = isolation._SPARE
-    with isolation.limits(memory=3 << 30), isolation.ProbesInWorker(runtime_for("onnx")) as probes:
+    with isolation.limits(memory_limit=3), isolation.ProbesInWorker(runtime_for("onnx")) as probes:
         assert probes._worker is not spare
     assert isolation._SPARE == [] and not spare.alive()
 
