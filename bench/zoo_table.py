@@ -1,5 +1,5 @@
 """Run every cell of the model zoo (fixtures/zoo.py) through exportgate and write the table of
-results into README.md, between the zoo-table markers.
+results into docs/concepts.md, between the zoo-table markers.
 
     python bench/zoo_table.py
 
@@ -22,7 +22,7 @@ sys.path.insert(0, str(REPO))
 from exporter import api  # noqa: E402
 from fixtures import zoo  # noqa: E402
 
-README = REPO / "README.md"
+PAGE = REPO / "docs" / "concepts.md"
 BEGIN, END = "<!-- zoo-table:begin -->", "<!-- zoo-table:end -->"
 
 
@@ -68,12 +68,12 @@ def table(results: dict) -> str:
 def main() -> int:
     results, seconds = run_zoo(lambda message: print(f"zoo: {message}", file=sys.stderr, flush=True))
     body = table(results)
-    text = README.read_text(encoding="utf-8")
+    text = PAGE.read_text(encoding="utf-8")
     before, rest = text.split(BEGIN, 1)
     _, after = rest.split(END, 1)
     new = f"{before}{BEGIN}\n{body}\n{END}{after}"
-    README.write_text(new, encoding="utf-8")
-    print(f"zoo: {len(results)} models in {seconds:.0f} s; README.md table written", file=sys.stderr)
+    PAGE.write_text(new, encoding="utf-8")
+    print(f"zoo: {len(results)} models in {seconds:.0f} s; docs/concepts.md table written", file=sys.stderr)
     return 0
 
 

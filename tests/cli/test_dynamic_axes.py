@@ -1,5 +1,5 @@
 """Dynamic axes: every dynamic axis is verified at its export size and at 1, an odd prime and
-2 x export + 3 (README "Dynamic axes: every size the artifact accepts").
+2 x export + 3 (docs/concepts.md "Dynamic axes: every size the artifact accepts").
 
 Models that bake an export size into the artifact (fixtures/models/sized_models.py and the
 transformers wrappers of fixtures/models/sized_transformers.py) must fail naming the axis and the
@@ -38,7 +38,7 @@ BROKEN = [
     ("mean_by_traced_length", "x:1", 6, [1, 3, 6, 15]),
 ]
 
-# What compare_at_sizes writes for a difference at another size (README's example).
+# What compare_at_sizes writes for a difference at another size (docs/concepts.md's example).
 AT_SIZE = re.compile(r"^output \S+: max abs err [0-9.e+-]+ at x axis 1 = 1 \(export size 6\)$")
 
 

@@ -1,5 +1,5 @@
-"""`exportgate export FOLDER` and `verify --source FOLDER` for transformers model folders (README
-"transformers model folders"): exit codes, what the report records, what is published beside the
+"""`exportgate export FOLDER` and `verify --source FOLDER` for transformers model folders
+(docs/guides/transformers-folders.md): exit codes, what the report records, what is published beside the
 artifact, the GELU flavours the config declares, release-pipeline jobs. The full matrix of model
 types, opsets and TFLite is tests/corpus/test_model_folder_matrix.py (slow).
 

@@ -2,7 +2,7 @@
 given, where its head serves several) to ONNX at opsets 17 and 20 and to TFLite, and verified at
 several sizes of each dynamic axis; every decoder with its KV cache (to TFLite: the LLM of prefill
 and decode signatures), which must generate as transformers' generate does, and without it; every
-encoder-decoder as its encoder and its decoder with past (README "transformers model folders":
+encoder-decoder as its encoder and its decoder with past (docs/guides/transformers-folders.md:
 the table of cells). Slow.
 """
 
@@ -33,7 +33,7 @@ def saved(tmp_path_factory):
 def test_each_folder_exports_and_verifies(saved, tmp_path, name, to, opset):
     out = tmp_path / f"{name}.{to}"
     report = api.export(str(saved[name]), to=to, out=out, opset=opset, task=FOLDERS[name].given_task)
-    if to == "tflite" and name in LLM_UNSUPPORTED:  # README: the exit-4 cells and their reasons
+    if to == "tflite" and name in LLM_UNSUPPORTED:  # docs/guides/transformers-folders.md: the exit-4 cells and their reasons
         assert report.exit_code == 4 and not out.exists()
         assert f"model type {FOLDERS[name].model_type}, task text-generation-with-past: litert-torch's export_hf " \
                "cannot export it" in report.summary_lines()[1]
@@ -64,7 +64,7 @@ def test_each_encoder_decoder_exports_as_encoder_and_decoder_with_past(saved, tm
     out = tmp_path / f"{name}-{part}.{to}"
     task = f"{ENCODER_DECODERS[name]}-{part}"
     report = api.export(str(saved[name]), to=to, out=out, opset=opset, task=task)
-    if to == "tflite" and part == "with-past":  # README: the exit-4 cells and their reasons
+    if to == "tflite" and part == "with-past":  # docs/guides/transformers-folders.md: the exit-4 cells and their reasons
         assert report.exit_code == 4 and not out.exists()
         assert f"model type {FOLDERS[name].model_type}, task {task}: the torch -> tflite route (litert-torch) exports " \
                "fixed sizes" in report.summary_lines()[1]

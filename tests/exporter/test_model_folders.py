@@ -1,4 +1,4 @@
-"""transformers model folders as MODEL (README "transformers model folders"): what a folder may do
+"""transformers model folders as MODEL (docs/guides/transformers-folders.md): what a folder may do
 is checked before transformers reads it, the task is inferred from config.architectures, and the
 loaded model takes the task's inputs with its symbolic axes.
 

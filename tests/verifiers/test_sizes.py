@@ -23,7 +23,7 @@ from verifiers.sizes import (
 
 
 @pytest.mark.parametrize("export, expected", [
-    (6, [1, 3, 6, 15]),  # the README's example: 1, the smallest odd prime, 2 x 6 + 3
+    (6, [1, 3, 6, 15]),  # docs/concepts.md's example: 1, the smallest odd prime, 2 x 6 + 3
     (2, [1, 2, 3, 7]),
     (3, [1, 3, 5, 9]),  # 3 is the export size: the prime tried is 5
     (1, [1, 3, 5]),  # 1 is both the export size and the smallest size
