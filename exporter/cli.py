@@ -325,14 +325,14 @@ def _job_progress(quiet: bool) -> Iterator:
     """What a run's jobs are doing: on a terminal a live table (rich: each running job's step and
     time, and a bar of the jobs done), else one timestamped line per step; nothing with --quiet."""
     if quiet:
-        yield lambda job, message: None
+        yield lambda job, message, done=False: None
         return
     if not sys.stderr.isatty():
         import datetime
 
         lock = threading.Lock()
 
-        def line(job: str, message: str) -> None:
+        def line(job: str, message: str, done: bool = False) -> None:
             with lock:
                 stamp = datetime.datetime.now().strftime("%H:%M:%S")
                 typer.echo(f"{stamp} {job}: {message}", err=True)
@@ -342,20 +342,19 @@ def _job_progress(quiet: bool) -> Iterator:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    done_words = ("pass (exit", "fail (exit", "reused from the cache")
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=Console(stderr=True), transient=False) as bar:
         overall = bar.add_task("jobs", total=None)
         rows: dict[str, int] = {}
         finished = 0
 
-        def update(job: str, message: str) -> None:
+        def update(job: str, message: str, done: bool = False) -> None:
             nonlocal finished
             if job not in rows:
                 rows[job] = bar.add_task(f"{job}: {message}", total=1)
                 bar.update(overall, total=len(rows))
             bar.update(rows[job], description=f"{job}: {message}")
-            if message.startswith(done_words):
+            if done:
                 bar.update(rows[job], completed=1)
                 finished += 1
                 bar.update(overall, completed=finished)

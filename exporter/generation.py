@@ -38,7 +38,7 @@ import numpy as np
 
 from exporter.model_tasks import PAST, PRESENT
 from verifiers.compare import Tolerances
-from verifiers.report import Report
+from verifiers.report import VALUES, Report
 
 DECODE_STEPS = 4  # decode steps after the prefill, each with a longer past
 PROMPT_LENGTH = 6
@@ -193,7 +193,8 @@ def judge_generation(report: Report, generation: Generation, logits: list[np.nda
         if (error > allowed).any():
             report.fail("numeric", f"generate: {where}: output logits: max abs err {worst:.3g} (atol {tolerance.atol:g}, "
                                    f"rtol {tolerance.rtol:g}) against transformers' generate",
-                        output="logits", data={"generate_step": index, "past_length": step.past_length})
+                        output="logits", data={"generate_step": index, "past_length": step.past_length,
+                                               "cause": VALUES})
         for row in np.flatnonzero(tokens != expected):
             best = np.sort(step.logits[row])[-2:]
             if best[1] - best[0] <= worst:
@@ -203,7 +204,8 @@ def judge_generation(report: Report, generation: Generation, logits: list[np.nda
             else:
                 report.fail("numeric", f"generate: {where}: output logits: row {row} picks token {tokens[row]}, "
                                        f"transformers' generate {expected[row]}",
-                            output="logits", data={"generate_step": index, "past_length": step.past_length})
+                            output="logits", data={"generate_step": index, "past_length": step.past_length,
+                                                   "cause": VALUES})
     report.generation = {"prompt_length": PROMPT_LENGTH, "decode_steps": len(steps) - 1,
                          "tokens": generation.tokens.tolist(), "steps": steps}
 

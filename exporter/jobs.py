@@ -29,10 +29,11 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from exporter.config import Job, files_digest
 from exporter.digests import sha256
@@ -46,7 +47,12 @@ REPORT_FILE = "report.json"
 LOG_FILE = "log.txt"
 # Findings that say something about the artifact, the same again for the same inputs: cacheable.
 _CACHEABLE_KINDS = {"numeric", "gelu", "gelu_guard", "opset", "target"}
-JobProgress = Callable[[str, str], None]  # (job id, what it is doing)
+class JobProgress(Protocol):
+    """What a run tells of its jobs: the job's id, what it is doing, and whether that ends it."""
+
+    def __call__(self, job: str, message: str, done: bool = False) -> None: ...
+
+
 _STEP_LINE = re.compile(r"^exportgate: \d\d:\d\d:\d\d (.+)$")  # an export's progress line in a log
 
 
@@ -236,7 +242,7 @@ def _run_one(job: Job, out_dir: Path, cache: JobCache | None, progress: JobProgr
             report, stale = None, str(entry)
             progress(job.id, stale)
         if report is not None:
-            progress(job.id, f"reused from the cache ({report.reused['made']})")
+            progress(job.id, f"reused from the cache ({report.reused['made']})", done=True)
             return JobResult(job, report, folder, time.monotonic() - start, reused=True)
     progress(job.id, "starting")
     report = _export(job, folder, progress, timeout, limits)
@@ -245,7 +251,7 @@ def _run_one(job: Job, out_dir: Path, cache: JobCache | None, progress: JobProgr
         json_report.write(report, folder / REPORT_FILE)
     if cache is not None:
         cache.store(key, folder, report)
-    progress(job.id, f"{report.verdict} (exit {report.exit_code})")
+    progress(job.id, f"{report.verdict} (exit {report.exit_code})", done=True)
     return JobResult(job, report, folder, time.monotonic() - start)
 
 

@@ -50,7 +50,7 @@ class RunResult:
 def run(config: str | Path | None = None, *, out_dir: str | Path | None = None, workers: int | None = None,
         only: Sequence[str] = (), shard: str | None = None, cache: bool = True, cache_dir: str | Path | None = None,
         job_timeout: float | None = None, worker: Mapping[str, Any] | None = None,
-        reports: Mapping[str, str | Path] | None = None, progress: JobProgress = lambda job, message: None,
+        reports: Mapping[str, str | Path] | None = None, progress: JobProgress = lambda job, message, done=False: None,
         ) -> RunResult:
     """Run the config's jobs (those of --only or --shard), each in a worker process into
     OUT_DIR/JOB_ID, `workers` at a time (default: the cores), reusing cached results unless

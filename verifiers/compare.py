@@ -8,7 +8,7 @@ import numpy as np
 
 from verifiers.errors import BadInput
 from verifiers.quant_metrics import IntegerThresholds, judge_integer_output
-from verifiers.report import Finding, OutputResult
+from verifiers.report import VALUES, Finding, OutputResult
 
 
 @dataclass(frozen=True)
@@ -158,7 +158,7 @@ def _compare_one(name, art_name, refs, arts, tolerances):
                 f"output {name}: shape differs, source {list(ref.shape)} vs artifact "
                 f"{art_name} {list(art.shape)}"
             )
-            return result, Finding("numeric", message, output=name)
+            return result, Finding("numeric", message, output=name, data={"cause": "shape"})
 
     nonfinite, nonfinite_message = _nonfinite(name, refs, arts, tolerances.allow_nonfinite)
     max_abs = max_rel = 0.0
@@ -203,7 +203,8 @@ def _compare_one(name, art_name, refs, arts, tolerances):
         message = nonfinite_message
     elif integer_message is not None:
         return result, Finding("numeric", integer_message, output=name, data={
-            "max_abs_err": max_abs, **{k: metrics[k] for k in ("sqnr_db", "cosine", "top1_agreement")}})
+            "cause": VALUES, "max_abs_err": max_abs,
+            **{k: metrics[k] for k in ("sqnr_db", "cosine", "top1_agreement")}})
     else:
         message = (
             f"output {name}: max abs err {max_abs:.3g} (atol {tol.atol:g}), max rel err "
@@ -211,7 +212,7 @@ def _compare_one(name, art_name, refs, arts, tolerances):
             f"out of tolerance"
         )
     return result, Finding("numeric", message, output=name, data={
-        "max_abs_err": max_abs, "max_rel_err": max_rel, "frac_out_of_tol": out_count / total,
+        "cause": "nonfinite" if nonfinite_message is not None else VALUES, "max_abs_err": max_abs, "max_rel_err": max_rel, "frac_out_of_tol": out_count / total,
         "batch": worst_batch,  # the batch with the most elements out of tolerance
     })
 

@@ -16,7 +16,7 @@ from verifiers.errors import BadInput, ExportgateError, one_line
 from verifiers.formats import Artifact, detect_format, measured_sites, opened
 from verifiers.gelu.configured import Declared
 from verifiers.quant_metrics import dequantize, quantize
-from verifiers.report import Report
+from verifiers.report import VALUES, Report
 from verifiers.steps import Progress, count, silent
 from verifiers.runtimes import InvalidArtifact, Runner, open_runner, run_model, runtime_for
 from verifiers.runtimes import isolation
@@ -93,6 +93,7 @@ def compare(report: Report, runner: Runner, feeds, reference, tolerances: Tolera
                 report.variant_outputs[variant] = results
                 for finding in findings:
                     finding.message = f"({variant}) {finding.message}"
+                    finding.data["variant"] = variant
             report.failures.extend(findings)
     if len(runner.variants) > 1:
         report.notes.append(f"{runner.runtime} ran the artifact {len(runner.variants)} ways: "
@@ -175,8 +176,8 @@ def _accept_declared_differences(report: Report) -> None:
     """Outputs differ from the source's when a GELU's flavour changed as the user asked: with every
     other GELU kept, such differences are reported, not failed (those of the export before the
     rewrite still fail: the declared change cannot explain them)."""
-    numeric = [f for f in report.failures if f.kind == "numeric" and "non-finite" not in f.message
-               and "shape differs" not in f.message and f.data.get("compared") != BEFORE_REWRITE]
+    numeric = [f for f in report.failures if f.kind == "numeric" and f.data.get("cause") == VALUES
+               and f.data.get("compared") != BEFORE_REWRITE]
     for finding in numeric:
         report.failures.remove(finding)
         report.notes.append(f"{finding.message} -- expected from the declared GELU change, not a failure")
@@ -301,17 +302,19 @@ def compare_at_sizes(report: Report, comparison: Comparison, plans: list, sized:
             if outputs is None:
                 plan.failed[size] = f"the artifact fails to run: {error}"
                 report.fail("numeric", f"the artifact fails to run at {where}: {error}",
-                            data={"dynamic": {"symbol": plan.symbol, "size": size}})
+                            data={"dynamic": {"symbol": plan.symbol, "size": size}, "cause": "run"})
                 continue
             worst = 0.0
             for variant in runner.variants:
                 results, findings = comparison.against_at(reference, outputs[variant], tolerances)
                 if variant == runner.variants[0]:
                     worst = max((r.max_abs_err or 0.0 for r in results), default=0.0)
-                prefix = f"({variant}) " if variant != runner.variants[0] else ""
+                other = variant != runner.variants[0]
                 for finding in findings:
                     message = _at_size(finding, where)
-                    finding.message = prefix + message
+                    finding.message = f"({variant}) {message}" if other else message
+                    if other:
+                        finding.data["variant"] = variant
                     finding.data["dynamic"] = {"symbol": plan.symbol, "size": size}
                     report.failures.append(finding)
                     plan.failed.setdefault(size, message)

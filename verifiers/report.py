@@ -70,6 +70,13 @@ def _capped(value: Any) -> Any:
     return capped
 
 
+# What a numeric finding is about (its data["cause"]): VALUES, numbers beyond what is allowed (the
+# tolerances, an int8 output's SQNR or top-1, a generated token), which a declared GELU change can
+# explain; "shape", "nonfinite" (NaN/Inf where the source has none, or its own ones), "run" (the
+# artifact fails to run at a size), which none can.
+VALUES = "values"
+
+
 @dataclass
 class Finding:
     kind: str

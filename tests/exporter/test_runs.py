@@ -67,9 +67,15 @@ def exported_files(out_dir):
 
 def test_a_config_runs_each_job_into_its_folder_then_reuses_them_all(tmp_path):
     config = write_config(tmp_path, FAST_CONFIG)
+    told: dict[str, list[tuple[str, bool]]] = {}
     cold = runs.run(config, out_dir=tmp_path / "out", workers=2, cache_dir=tmp_path / "cache",
-                    reports={"junit": tmp_path / "run.xml", "json": tmp_path / "run.json"})
+                    reports={"junit": tmp_path / "run.xml", "json": tmp_path / "run.json"},
+                    progress=lambda job, message, done=False: told.setdefault(job, []).append((message, done)))
     assert verdicts(cold) == {"branch/onnx17": 1, "branch/ort-1.16": 1, "mlp/onnx17": 0, "mlp/ort-1.16": 0}
+    # Each job is told done once, last, with its verdict.
+    assert {job: [m for m, done in events if done] for job, events in told.items()} == {
+        job: [f"{'pass' if code == 0 else 'fail'} (exit {code})"] for job, code in verdicts(cold).items()}
+    assert all(events[-1][1] for events in told.values())
     assert cold.exit_code == 1 and cold.reused == 0
     assert (tmp_path / "out/mlp/onnx17/mlp.onnx").is_file() and (tmp_path / "out/mlp/onnx17/report.json").is_file()
     assert not (tmp_path / "out/branch/onnx17/branch.onnx").exists()  # nothing failed is published
@@ -81,8 +87,11 @@ def test_a_config_runs_each_job_into_its_folder_then_reuses_them_all(tmp_path):
     assert json.loads((tmp_path / "run.json").read_text())["exit_code"] == 1
 
     before = exported_files(tmp_path / "out")
-    warm = runs.run(config, out_dir=tmp_path / "out", workers=2, cache_dir=tmp_path / "cache")
+    told.clear()
+    warm = runs.run(config, out_dir=tmp_path / "out", workers=2, cache_dir=tmp_path / "cache",
+                    progress=lambda job, message, done=False: told.setdefault(job, []).append((message, done)))
     assert verdicts(warm) == verdicts(cold) and warm.reused == 4
+    assert all(events[-1][1] and events[-1][0].startswith("reused from the cache") for events in told.values())
     assert all(r.reused for r in warm.results)
     print("cached re-run of 4 jobs:", ", ".join(f"{r.job.id} {r.seconds:.2f} s" for r in warm.results))
     # Nothing was exported again: each job's log is the cold run's (an export writes its own), and

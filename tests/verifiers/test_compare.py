@@ -90,3 +90,21 @@ def test_matching_by_name_then_by_order():
     assert match_outputs(["output"], False, ["y"]) == [(0, 0)]
     with pytest.raises(BadInput, match="cannot be matched"):
         match_outputs(["a", "b"], False, ["y"])
+
+
+def test_a_declared_gelu_change_explains_values_that_differ_and_nothing_else():
+    """With every GELU kept or changed as declared, outputs beyond tolerance are noted, not failed;
+    a shape, a NaN/Inf where the source has a number, or the source's own NaN are failures still."""
+    from verifiers.pipeline import _accept_declared_differences
+    from verifiers.report import Report
+
+    ref = np.array([1.0, 2.0, 3.0], dtype=np.float32)
+    cases = {"values": ref + 0.5, "nan": np.array([1.0, np.nan, 3.0], np.float32), "shape": ref[:2]}
+    report = Report(command="export")
+    for name, art in cases.items():
+        report.failures += _compare(ref, art, name=name)[1]
+    report.failures += _compare(np.array([np.nan, 1.0], np.float32), np.array([np.nan, 1.0], np.float32),
+                                name="source_nan")[1]
+    _accept_declared_differences(report)
+    assert sorted(f.output for f in report.failures) == ["nan", "shape", "source_nan"]
+    assert [n.split(":")[0] for n in report.notes] == ["output values"]

@@ -101,7 +101,7 @@ def _output_cases(report: Report, placed: set[int]):
     for prefix, result in runs:
         variant = prefix[:-2]
         found = [f for f in report.failures if f.kind == "numeric" and f.output == result.name
-                 and "dynamic" not in f.data and id(f) not in placed and f.message.startswith(f"({variant})") == bool(variant)]
+                 and "dynamic" not in f.data and id(f) not in placed and f.data.get("variant", "") == variant]
         placed.update(map(id, found))
         if not found and not result.passed:
             found = [Finding("numeric", f"output {result.name}: max abs err {result.max_abs_err:.3g} "

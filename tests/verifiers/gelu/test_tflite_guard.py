@@ -80,3 +80,20 @@ def test_inspect_tflite_lists_ops_sites_and_runtime_version(built, cli):
     assert info["min_runtime_version"] == "2.9.0"
     assert {"op": "GELU", "version": 1} in info["ops"]
     assert [(g["claimed"], g["measured"]) for g in info["gelu"]] == [("exact", "exact"), ("exact", "exact")]
+
+
+def test_each_interpreter_variants_differences_are_its_own_junit_case(built, tmp_path):
+    """GELU pointed at ReLU changes the outputs under XNNPACK and the builtin kernels alike: each
+    variant's output case fails with that variant's own finding."""
+    from junitparser import Failure, JUnitXml
+
+    fixture = built("gelu_to_relu")
+    report = api.verify(fixture.path, source=fixture.source, reports={"junit": tmp_path / "m.xml"})
+    [output] = report.outputs
+    numeric = {f.data.get("variant"): f.message for f in report.failures
+               if f.kind == "numeric" and "dynamic" not in f.data}  # the export's own sizes
+    assert set(numeric) == {None, "builtin"}, numeric
+    [suite] = list(JUnitXml.fromfile(str(tmp_path / "m.xml")))
+    failed = {case.name: [r.message for r in case.result if isinstance(r, Failure)]
+              for case in suite if case.classname == "output"}
+    assert failed == {output.name: [numeric[None]], f"builtin: {output.name}": [numeric["builtin"]]}
