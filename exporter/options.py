@@ -186,6 +186,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("memory_limit", "--memory-limit", float, "GiB of address space the runtime's worker process may use. "
            "Default: the machine's RAM.", ("export", "verify", "run", "inspect"), metavar="GIB", minimum=0.01,
            to="worker"),
+    Option("threads", "--threads", int, "Threads the runtime may use to run the artifact (onnxruntime's intra-op "
+           "threads, LiteRT's num_threads). Default: the runtime's own choice.", ("export", "verify", "run", "inspect"),
+           metavar="N", minimum=1, to="worker"),
     # ---- what is written and printed --------------------------------------------------------------
     Option("report", "--report", Path, "Write the JSON report here.", _REPORTING, metavar="PATH", to="report"),
     Option("junit", "--junit", Path, "Write a JUnit XML report here: one test case per check (export, each output, "

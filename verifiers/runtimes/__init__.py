@@ -147,6 +147,11 @@ def _layout_permutation(declared: list, fed: list[int]) -> list[int] | None:
     return perm
 
 
+# Threads a runner may use for the artifact's own runs (--threads); 0 leaves it to the runtime. The
+# runtime worker sets it from the run's limits (verifiers.runtimes.isolation.serve); probes and
+# inspections keep one thread or the runtime's default.
+run_threads = 0
+
 # Runtimes installed as plug-ins add themselves under the "exportgate.runtimes" entry-point group.
 RUNTIMES: LazyRegistry[type[Runner]] = LazyRegistry("runtime", {
     "onnxruntime": "verifiers.runtimes.onnxruntime_runner:OnnxRuntimeRunner",

@@ -52,6 +52,7 @@ def physical_memory() -> int:
 class Limits:
     timeout: float = 900.0  # seconds per step (a load, one batch through every variant, a probe set)
     memory: int = 0  # bytes of address space for the worker; 0 is the machine's RAM
+    threads: int = 0  # threads a runner may use for the artifact's runs; 0 leaves it to the runtime
 
     def memory_bytes(self) -> int:
         return self.memory or physical_memory()
@@ -61,12 +62,14 @@ LIMITS: contextvars.ContextVar[Limits] = contextvars.ContextVar("exportgate_runt
 
 
 @contextlib.contextmanager
-def limits(timeout: float | None = None, memory_limit: float | None = None):
-    """Set the worker limits for the steps run inside: seconds per step, GiB of address space
-    (the options --timeout and --memory-limit; None keeps the default)."""
+def limits(timeout: float | None = None, memory_limit: float | None = None, threads: int | None = None):
+    """Set the worker limits for the steps run inside: seconds per step, GiB of address space,
+    threads for the artifact's runs (the options --timeout, --memory-limit and --threads; None keeps
+    the default)."""
     default = Limits()
     token = LIMITS.set(Limits(timeout if timeout is not None else default.timeout,
-                              int(memory_limit * 2**30) if memory_limit is not None else default.memory))
+                              int(memory_limit * 2**30) if memory_limit is not None else default.memory,
+                              threads if threads is not None else default.threads))
     try:
         yield
     finally:
@@ -92,7 +95,9 @@ class _Worker:
 
         self.runtime = runtime
         parent, child = socket.socketpair()
-        code = f"from verifiers.runtimes.isolation import serve; serve({child.fileno()}, {LIMITS.get().memory_bytes()})"
+        limits = LIMITS.get()
+        code = (f"from verifiers.runtimes.isolation import serve; "
+                f"serve({child.fileno()}, {limits.memory_bytes()}, {limits.threads})")
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         self.process = subprocess.Popen([sys.executable, "-c", code], pass_fds=[child.fileno()], env=env,
                                         stdin=subprocess.DEVNULL)
@@ -201,10 +206,13 @@ class _Worker:
             self.conn.close()
 
 
-def serve(fd: int, memory: int) -> None:
-    """The worker: apply the memory limit, then answer requests until told to close."""
+def serve(fd: int, memory: int, threads: int = 0) -> None:
+    """The worker: apply the memory limit and the runners' thread count, then answer requests
+    until told to close."""
     import resource
     from multiprocessing.connection import Connection
+
+    from verifiers import runtimes
 
     conn = Connection(fd)
     global _TO_PARENT
@@ -212,6 +220,7 @@ def serve(fd: int, memory: int) -> None:
     if memory:
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    runtimes.run_threads = threads
     runner = None
     while True:
         try:

@@ -19,6 +19,7 @@ import numpy as np
 
 from verifiers.errors import ExportgateError, one_line
 from verifiers.quiet import native_output_captured
+from verifiers import runtimes
 from verifiers.runtimes import InvalidArtifact, Runner, TensorInfo
 
 DEFAULT_SIGNATURE = "serving_default"
@@ -77,7 +78,8 @@ class LiteRtRunner(Runner):
         self.interpreters = {}
         for key, resolver in resolvers.items():
             try:
-                interpreter = Interpreter(**self._source, experimental_op_resolver_type=resolver)
+                interpreter = Interpreter(**self._source, experimental_op_resolver_type=resolver,
+                                          num_threads=runtimes.run_threads or None)
             except Exception as exc:
                 raise InvalidArtifact(f"{self.path}: ai-edge-litert cannot load it: {one_line(exc)}") from exc
             self.interpreters[key] = interpreter

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from verifiers import runtimes
 from verifiers.errors import Incompatible, one_line
 from verifiers.runtimes import InvalidArtifact, ProbeFailed, Runner, TensorInfo
 
@@ -42,6 +43,7 @@ class OnnxRuntimeRunner(Runner):
         import onnxruntime as ort
 
         options = ort.SessionOptions()
+        options.intra_op_num_threads = runtimes.run_threads
         if isinstance(model, (bytes, bytearray)):
             self.path, source = Path("<in-memory model>"), bytes(model)
             if data_folder is not None:

@@ -77,6 +77,21 @@ def test_memory_past_the_limit_is_a_finding():
     assert isolation.call(runners.allocate, 1 << 20, runtime="probe-runtime", step="probing") == 1 << 20
 
 
+def test_the_runs_thread_count_reaches_the_runtime_in_the_worker(tmp_path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu", [x], [y])
+    path = tmp_path / "relu.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    for threads in (1, 3):
+        with isolation.limits(threads=threads):
+            assert isolation.call(runners.session_threads, path, runtime="onnxruntime", step="loading") == threads
+    assert isolation.call(runners.session_threads, path, runtime="onnxruntime", step="loading") == 0
+
+
 def test_the_steps_own_errors_come_back_as_they_were(tmp_path):
     from verifiers.runtimes import open_runner
 
