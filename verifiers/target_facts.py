@@ -14,7 +14,7 @@ from typing import Any
 
 from verifiers.naming import shown
 from verifiers.targets import OpGap, Target
-from verifiers.tflite_model import version_key
+from verifiers.tflite_runtime_versions import version_key
 
 KINDS = ("opset", "ir_version", "op", "dtype", "gelu", "runtime_version", "format", "precision", "shape")
 _SHOWN = 3  # node names listed in a message before "and N more"

@@ -19,10 +19,10 @@
 
 GELU operator codes no operator uses any more are dropped (an old runtime rejects a model whose
 operator_codes name GELU: "Op builtin_code out of range: 150"), and the min_runtime_version
-metadata, when present, is recomputed with verifiers.tflite_model.min_runtime_version_for over
-the operators left (the TF converter writes 2.9.0 for GELU). Tensors are only appended, so the
-signatures and the names and indices of inputs and outputs stay as they were. A model without
-GELU comes back byte for byte.
+metadata, when present, is recomputed with
+verifiers.tflite_runtime_versions.min_runtime_version_for over the operators left (the TF
+converter writes 2.9.0 for GELU). Tensors are only appended, so the signatures and the names and
+indices of inputs and outputs stay as they were. A model without GELU comes back byte for byte.
 
 The guard recognises both forms as the GELU's flavour: the tanh chain as a tanh-chain site, the
 erf-free unit as an erf unit (verifiers.gelu.chains.find_erf_units) inside an erf-chain site.
@@ -37,11 +37,11 @@ from verifiers.gelu.onnx_writer import CONSTANTS, FORMS
 from verifiers.tflite_model import (
     MIN_RUNTIME_VERSION_KEY,
     builtin_name,
-    min_runtime_version_for,
     pack,
     schema,
     unpack,
 )
+from verifiers.tflite_runtime_versions import min_runtime_version_for
 
 GELU = 150
 FLOAT32 = 0  # TensorType

@@ -16,9 +16,9 @@ from verifiers import tflite_model
 from verifiers.tflite_model import (
     describe,
     load_tflite,
-    min_runtime_version_for,
     parse_tflite,
 )
+from verifiers.tflite_runtime_versions import min_runtime_version_for
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -38,13 +38,12 @@ from verifiers.targets import RANK_FIELDS, OpGap, Target
 from verifiers.tflite_model import (
     FILE_IDENTIFIER,
     MIN_RUNTIME_VERSION_KEY,
-    RUNTIME_VERSIONS,
     TFLiteModel,
     computed_min_runtime_version,
     describe,
     load_tflite,
-    version_key,
 )
+from verifiers.tflite_runtime_versions import RUNTIME_VERSIONS, version_key
 
 
 class TfliteArtifact(Artifact):

@@ -1,7 +1,7 @@
 """Find GELU sites in a Keras 3 model (TensorFlow backend), from its traced TF graph.
 
 The model is traced with tf.function for an input signature; the concrete function's GraphDef
-becomes a neutral `chains.ChainGraph`. TF has no GELU op: every spelling is arithmetic,
+becomes a neutral `chain_graph.ChainGraph`. TF has no GELU op: every spelling is arithmetic,
 matched by the shared chain algebra. Exact GELU is 0.5*x*erfc(-x/sqrt2) in TF 2.21; Erfc(z) is
 expanded to 1 - Erf(z) so the erf-chain matcher claims it. Identity/IdentityN are looked
 through, Cast of a scalar constant is a constant, and function calls ((Stateful)PartitionedCall,
@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import chains
+from .chain_graph import ChainGraph, OpNode
 from .catalogue import Site
 
 if TYPE_CHECKING:
@@ -58,7 +59,7 @@ class _Builder:
 
     def __init__(self, graph_def: Any):
         self.functions = {f.signature.name: f for f in graph_def.library.function}
-        self.nodes: list[chains.OpNode] = []
+        self.nodes: list[OpNode] = []
         self.constants: dict[str, np.ndarray] = {}
         self.dtypes: dict[str, np.dtype] = {}
         self.alias: dict[str, str] = {}
@@ -92,18 +93,18 @@ class _Builder:
             elif nd.op == "Cast":
                 dtype = _numpy_dtype(nd.attr["DstT"].type)
                 op = "Cast" if dtype is not None else "Cast(non-numeric)"
-                self.nodes.append(chains.OpNode(name, op, tuple(inputs), (name,), {"to": dtype}))
+                self.nodes.append(OpNode(name, op, tuple(inputs), (name,), {"to": dtype}))
             elif nd.op in _CALLS and nd.attr["f"].func.name in self.functions:
                 self.inline(self.functions[nd.attr["f"].func.name], name, inputs)
             elif nd.op == "Erfc":  # erfc(z) = 1 - erf(z)
                 one = f"{name}#one"
                 self.constants[one] = np.ones((), _numpy_dtype(nd.attr["T"].type))
-                self.nodes.append(chains.OpNode(name, "Erf", tuple(inputs), (f"{name}#erf",)))
-                self.nodes.append(chains.OpNode(name, "Sub", (one, f"{name}#erf"), (name,)))
+                self.nodes.append(OpNode(name, "Erf", tuple(inputs), (f"{name}#erf",)))
+                self.nodes.append(OpNode(name, "Sub", (one, f"{name}#erf"), (name,)))
             elif nd.op == "Square":
-                self.nodes.append(chains.OpNode(name, "Mul", (inputs[0], inputs[0]), (name,)))
+                self.nodes.append(OpNode(name, "Mul", (inputs[0], inputs[0]), (name,)))
             else:
-                self.nodes.append(chains.OpNode(name, _OPS.get(nd.op, nd.op), tuple(inputs), (name,)))
+                self.nodes.append(OpNode(name, _OPS.get(nd.op, nd.op), tuple(inputs), (name,)))
 
     def inline(self, fdef: Any, name: str, inputs: list[str]) -> None:
         """A function call's body, its arguments bound to the call's inputs, its results to its outputs."""
@@ -114,7 +115,7 @@ class _Builder:
             self.alias[name if k == 0 else f"{name}:{k}"] = self.name(_tensor(fdef.ret[out.name], prefix))
 
 
-def _chain_graph(model: Any, input_signature: list[tf.TensorSpec], call: Any = None) -> chains.ChainGraph:
+def _chain_graph(model: Any, input_signature: list[tf.TensorSpec], call: Any = None) -> ChainGraph:
     """The traced graph of `call` (positional tensors in input_signature's order), by default the
     model called on one tensor or a list, in inference mode."""
     import tensorflow as tf
@@ -123,7 +124,7 @@ def _chain_graph(model: Any, input_signature: list[tf.TensorSpec], call: Any = N
     concrete = tf.function(call).get_concrete_function(*input_signature)
     builder = _Builder(concrete.graph.as_graph_def())
     outputs = [builder.name(_tensor(t.name, "")) for t in concrete.outputs]
-    return chains.ChainGraph(builder.nodes, builder.constants, outputs, builder.dtypes)
+    return ChainGraph(builder.nodes, builder.constants, outputs, builder.dtypes)
 
 
 def find_keras_sites(model: Any, input_signature: list[tf.TensorSpec]) -> list[Site]:

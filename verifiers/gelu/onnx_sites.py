@@ -1,6 +1,6 @@
 """Find GELU sites in an ONNX graph: fused GELU ops and the primitive chains exporters emit.
 
-The graph becomes a neutral `chains.ChainGraph` (ONNX op names are its vocabulary; ops of
+The graph becomes a neutral `chain_graph.ChainGraph` (ONNX op names are its vocabulary; ops of
 other domains are named "{domain}.{op}"), where the shared matchers find erf, tanh and sigmoid
 chains and Gelu-20 nodes; what they miss is found by its numbers (`regions`). The fused ops the
 catalogue's records claim for ONNX (com.microsoft Gelu, FastGelu, BiasGelu, QuickGelu) are matched here.
@@ -21,6 +21,7 @@ import onnx
 from verifiers.onnx_model import DEFAULT_DOMAINS, iter_graphs, iter_nodes
 
 from . import chains
+from .chain_graph import ChainGraph, Match, OpNode, close, sigmoid_claim
 from .catalogue import ONNX, QUICK, QUICK_ALPHA, Site, claimed_by
 from verifiers.onnx_model import constant_scalar, node_attrs, node_label, op_name, tensor_value
 from .regions import ELEMENTWISE, evaluate
@@ -64,7 +65,7 @@ def scalar_constants(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
     return out
 
 
-def _op_node(node: onnx.NodeProto) -> chains.OpNode:
+def _op_node(node: onnx.NodeProto) -> OpNode:
     op, attrs = op_name(node), node_attrs(node)
     inputs = tuple(node.input)
     if op == "Cast":
@@ -73,12 +74,12 @@ def _op_node(node: onnx.NodeProto) -> chains.OpNode:
         op, inputs = "Cast", inputs[:1]
     elif op in ("If", "Loop", "Scan"):  # opaque, but it reads what its bodies return
         inputs += tuple(o.name for a in node.attribute if a.type == onnx.AttributeProto.GRAPH for o in a.g.output)
-    return chains.OpNode(node_label(node), op, inputs, tuple(node.output), attrs)
+    return OpNode(node_label(node), op, inputs, tuple(node.output), attrs)
 
 
-def _chain_graph(graph: onnx.GraphProto) -> chains.ChainGraph:
+def _chain_graph(graph: onnx.GraphProto) -> ChainGraph:
     outputs = [o.name for g in iter_graphs(graph) for o in g.output]
-    return chains.ChainGraph([_op_node(n) for n in iter_nodes(graph)], scalar_constants(graph), outputs)
+    return ChainGraph([_op_node(n) for n in iter_nodes(graph)], scalar_constants(graph), outputs)
 
 
 def searchable(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -90,7 +91,7 @@ def searchable(model: onnx.ModelProto) -> onnx.ModelProto:
     return inliner.inline_local_functions(model)
 
 
-def _match_microsoft(graph: chains.ChainGraph, i: int) -> chains.Match | None:
+def _match_microsoft(graph: ChainGraph, i: int) -> Match | None:
     """The fused ops the catalogue lists for ONNX (com.microsoft Gelu, FastGelu, BiasGelu, QuickGelu):
     the kernel says the flavour; QuickGelu's only when its alpha is the quick flavour's."""
     node = graph.nodes[i]
@@ -100,13 +101,13 @@ def _match_microsoft(graph: chains.ChainGraph, i: int) -> chains.Match | None:
     flavour, claim = found
     if flavour.name == QUICK:
         alpha = float(node.attrs.get("alpha", QUICK_ALPHA))
-        claimed = chains.sigmoid_claim(chains.close(alpha, QUICK_ALPHA, np.finfo(np.float32).eps), alpha, 1.0)
+        claimed = sigmoid_claim(close(alpha, QUICK_ALPHA, np.finfo(np.float32).eps), alpha, 1.0)
         note = f"alpha={alpha:.7g}"
     else:
         claimed, note = flavour.name, claim.note
     if claimed is None:
         return None
-    return chains.Match(node.op, claimed, frozenset({i}), node.inputs[0], node.outputs[0], note)
+    return Match(node.op, claimed, frozenset({i}), node.inputs[0], node.outputs[0], note)
 
 
 def find_gelu_sites(model: onnx.ModelProto) -> list[Site]:

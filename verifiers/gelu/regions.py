@@ -10,7 +10,7 @@ intermediate tensors leave nothing to the rest of the graph, is a site; trailing
 out of the site when the tensor before them is one too (a float16 model that upcasts around its
 GELU: the site is the float32 computation). The search then goes on in what is left, so a region holds any number of sites.
 
-The templates in `chains` stay the fast path that names what they find (erf-chain, Gelu); any
+The templates in `chain_graph` stay the fast path that names what they find (erf-chain, Gelu); any
 spelling they miss (a clamped tanh argument, erf(x/1.414213562) written with Erfc, a Sum of
 terms, ops wrapped in casts) is found here by what it computes.
 """

@@ -1,6 +1,6 @@
 """Find GELU sites in a .tflite file: the GELU builtin and the primitive chains converters emit.
 
-Subgraph 0's operators become a neutral `chains.ChainGraph`: MUL, ADD, SUB, DIV, NEG, POW,
+Subgraph 0's operators become a neutral `chain_graph.ChainGraph`: MUL, ADD, SUB, DIV, NEG, POW,
 TANH, LOGISTIC (Sigmoid), RELU and GELU (approximate from GeluOptions; no options table means
 approximate=False, i.e. exact, which is what onnx2tf 2.6.9 writes for a tanh GELU) map onto the
 shared vocabulary; SQUARE is x*x; DEQUANTIZE of a constant is that constant (float16 weights).
@@ -30,6 +30,7 @@ import numpy as np
 from verifiers.tflite_model import TFLiteModel, as_model, tflite_op_labels, unique_labels
 
 from . import chains
+from .chain_graph import ChainGraph, OpNode
 from .catalogue import RELU, SILU, TFLITE, Site, claimed_by
 
 SUBGRAPH = 0
@@ -94,7 +95,7 @@ def read_graph(model: TFLiteModel | str) -> TFLiteGraph:
 # ---- neutral graph ------------------------------------------------------------------------------
 
 
-def _op_node(graph: TFLiteGraph, i: int) -> list[chains.OpNode]:
+def _op_node(graph: TFLiteGraph, i: int) -> list[OpNode]:
     op = graph.subgraph.operators[i]
     name, label = graph.names[i], graph.op_labels[i]
     inputs = tuple(graph.tensor_ids[t] for t in op.inputs if t >= 0)
@@ -104,19 +105,19 @@ def _op_node(graph: TFLiteGraph, i: int) -> list[chains.OpNode]:
         if name in ("MUL", "ADD", "SUB", "DIV") and activation in _FUSED_AS_NEUTRAL and len(outputs) == 1:
             act, attrs = _FUSED_AS_NEUTRAL[activation]
             before = f"{outputs[0]}#before-{activation.lower()}"
-            return [chains.OpNode(label, _OPS[name], inputs, (before,)),
-                    chains.OpNode(label, act, (before,), outputs, dict(attrs))]
-        return [chains.OpNode(label, f"{name}+{activation}", inputs, outputs)]
+            return [OpNode(label, _OPS[name], inputs, (before,)),
+                    OpNode(label, act, (before,), outputs, dict(attrs))]
+        return [OpNode(label, f"{name}+{activation}", inputs, outputs)]
     if name == "CAST":
         to = _float_dtype(graph.subgraph.tensors[op.outputs[0]])
-        return [chains.OpNode(label, "Cast" if to is not None else "CAST", inputs, outputs, {"to": to})]
+        return [OpNode(label, "Cast" if to is not None else "CAST", inputs, outputs, {"to": to})]
     if name == "SQUARE":
-        return [chains.OpNode(label, "Mul", (inputs[0], inputs[0]), outputs)]
+        return [OpNode(label, "Mul", (inputs[0], inputs[0]), outputs)]
     if name == "GELU":  # no GeluOptions table reads as approximate=False
         flavour, _ = claimed_by(TFLITE, name, {"approximate": bool(getattr(graph.options[i], "approximate", False))})
         attrs = {"approximate": flavour.gelu20_approximate, "has_options": graph.options[i] is not None}
-        return [chains.OpNode(label, "Gelu", inputs, outputs, attrs)]
-    return [chains.OpNode(label, _OPS.get(name, name), inputs, outputs)]
+        return [OpNode(label, "Gelu", inputs, outputs, attrs)]
+    return [OpNode(label, _OPS.get(name, name), inputs, outputs)]
 
 
 def _float_dtype(tensor) -> np.dtype | None:
@@ -126,14 +127,14 @@ def _float_dtype(tensor) -> np.dtype | None:
     return None
 
 
-def chain_graph(graph: TFLiteGraph) -> chains.ChainGraph:
+def chain_graph(graph: TFLiteGraph) -> ChainGraph:
     """The neutral graph of subgraph 0."""
     nodes = [node for i in range(len(graph.subgraph.operators)) for node in _op_node(graph, i)]
     constants = {graph.tensor_ids[t]: np.asarray(v).reshape(-1) for t, v in graph.constants.items()}
     outputs = [graph.tensor_ids[t] for t in graph.subgraph.outputs if t >= 0]
     dtypes = {graph.tensor_ids[t]: dtype for t, tensor in enumerate(graph.subgraph.tensors)
               if (dtype := _float_dtype(tensor)) is not None}
-    return chains.ChainGraph(nodes, constants, outputs, dtypes)
+    return ChainGraph(nodes, constants, outputs, dtypes)
 
 
 @dataclass(frozen=True)

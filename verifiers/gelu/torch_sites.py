@@ -4,7 +4,7 @@ An nn.Module is run once, eagerly, on the sample inputs, with a dispatch mode re
 call (cheap: no second capture of the model beside the exporter's, and any model that runs can be
 read); a saved torch.export program (.pt2) is read from its graph. aten.gelu keeps its
 `approximate` kwarg; hand-written formulas (HF gelu_new, quick_gelu) are aten arithmetic,
-matched by the shared chain algebra in `chains`. Python scalar arguments and one-element
+matched by the shared chain algebra in `chain_graph`. Python scalar arguments and one-element
 parameters, buffers and tensor constants are the chains' constants. torch is imported only when
 a finder runs.
 """
@@ -22,6 +22,7 @@ import ml_dtypes
 import numpy as np
 
 from . import chains
+from .chain_graph import ChainGraph, OpNode
 from .catalogue import TORCH, Site, claimed_by
 
 if TYPE_CHECKING:
@@ -103,7 +104,7 @@ class _Builder:
     graph the chains read, remembering each node's module stack (path, class name) frames."""
 
     def __init__(self):
-        self.nodes: list[chains.OpNode] = []
+        self.nodes: list[OpNode] = []
         self.constants: dict[str, np.ndarray] = {}
         self.dtypes: dict[str, np.dtype] = {}
         self.alias: dict[str, str] = {}
@@ -160,8 +161,8 @@ class _Builder:
         elif target in ("aten.special_erfc.default", "aten.erfc.default"):  # erfc(z) = 1 - erf(z)
             one = f"{name}/one"
             self.constants[one] = np.ones((), np.float64)
-            self.nodes.append(chains.OpNode(name, "Erf", (self.name(args[0].name),), (f"{name}#erf",)))
-            self.nodes.append(chains.OpNode(name, "Sub", (one, f"{name}#erf"), (name,)))
+            self.nodes.append(OpNode(name, "Erf", (self.name(args[0].name),), (f"{name}#erf",)))
+            self.nodes.append(OpNode(name, "Sub", (one, f"{name}#erf"), (name,)))
             return
         inputs = [self.operand(name, k, a) for k, a in enumerate(args[:arity])]
         extra = {k: v for k, v in kwargs.items() if k not in ("min", "max", "dtype", "approximate")}
@@ -171,7 +172,7 @@ class _Builder:
             approximate = kwargs.get("approximate", "none")
             found = claimed_by(TORCH, target, {"approximate": approximate})
             attrs = {"approximate": found[0].gelu20_approximate if found else approximate}
-        self.nodes.append(chains.OpNode(name, op, tuple(inputs), outputs or (name,), attrs))
+        self.nodes.append(OpNode(name, op, tuple(inputs), outputs or (name,), attrs))
 
     def _all_refs(self, args: Any, kwargs: dict) -> list[str]:
         from torch.utils import _pytree as pytree
@@ -179,8 +180,8 @@ class _Builder:
         leaves = pytree.tree_leaves((args, kwargs))
         return list(dict.fromkeys(self.name(a.name) for a in leaves if isinstance(a, _Ref)))
 
-    def graph(self) -> chains.ChainGraph:
-        return chains.ChainGraph(self.nodes, self.constants, self.outputs, self.dtypes)
+    def graph(self) -> ChainGraph:
+        return ChainGraph(self.nodes, self.constants, self.outputs, self.dtypes)
 
     def module_note(self, site: Site) -> str:
         """ "in {module path} ({class})": the innermost module holding every node of the site."""

@@ -17,11 +17,11 @@ from verifiers.gelu.tflite_sites import (
 )
 from verifiers.tflite_model import (
     MIN_RUNTIME_VERSION_KEY,
-    min_runtime_version_for,
     parse_tflite,
     schema,
     used_ops,
 )
+from verifiers.tflite_runtime_versions import min_runtime_version_for
 
 # Builtins in every TFLite runtime since well before 2.7 (op version 1), what the lowering may add.
 OLD_BUILTINS = {"MUL", "ADD", "SUB", "DIV", "TANH", "EXP", "NEG", "RELU"}

@@ -8,7 +8,8 @@ import pytest
 
 from verifiers.gelu import EXACT, QUICK, RELU, TANH, UNKNOWN
 from verifiers.gelu.catalogue import SILU
-from verifiers.gelu.chains import ChainGraph, Match, OpNode, find_relu_sites, find_silu_sites, find_sites
+from verifiers.gelu.chain_graph import ChainGraph, Match, OpNode
+from verifiers.gelu.chains import find_relu_sites, find_silu_sites, find_sites
 
 
 def node(name, op, inputs, output=None, **attrs):
