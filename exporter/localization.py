@@ -9,16 +9,20 @@ A red numeric run is localised unless --no-localize; --localize localises a gree
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from exporter.frameworks import load_source
 from exporter.sources import Source
 from verifiers.errors import BadInput, ExportgateError, one_line
 from verifiers.localize.layouts import max_abs, scale
-from verifiers.pipeline import BEFORE_REWRITE, artifact_feed
+from verifiers.formats import Artifact
+from verifiers.pipeline import BEFORE_REWRITE, Comparison, artifact_feed
 from verifiers.quiet import quiet_exporter
 from verifiers.report import Finding, Report
 from verifiers.runtimes import isolation, runtime_for
+from verifiers.steps import Progress
 
 # An artifact's precision (verifiers.precision's mode) -> the epsilon its ops round to; integer
 # artifacts are diagnosed layer by layer against a float twin instead (exporter.integer).
@@ -52,26 +56,27 @@ def failing_batch(report: Report, feeds: list[dict], reference: list, sized: dic
     return feeds[batch], reference[batch][2], f"batch {batch}"
 
 
-def localize(run, reload) -> None:
-    """Fill run.report.divergence (`run`: the API's Checked state; `reload()`: the source loaded
-    again, for a run that released it)."""
-    report = run.report
+def localize(report: Report, source: Source, feeds: list[dict], reference: list, sized: dict, artifact: Artifact,
+             comparison: Comparison, progress: Progress, reload: Callable[[], Source]) -> None:
+    """Fill report.divergence: where the artifact (run by `comparison.runner`, closed by now) first
+    departs from the source on the failing batch of `feeds` (or of `sized`, the other sizes), whose
+    outputs are in `reference`; `reload()` is the source loaded again, for a run that released it."""
     mode = report.quantization.get("mode") or "float"
     if mode not in EPSILONS:
         report.notes.append(f"localisation: not for {mode} artifacts (their layers are compared with a float twin)")
         return
-    feed, outputs, which = failing_batch(report, run.feeds, run.reference, run.sized)
-    source, source_feed = run.source, feed
+    feed, outputs, which = failing_batch(report, feeds, reference, sized)
+    loaded, source_feed = source, feed
     if source.model is None:
-        run.progress("loading the source model again to trace it op by op")
+        progress("loading the source model again to trace it op by op")
         source = reload()
-        source_feed = as_reloaded(feed, run.source, source)
+        source_feed = as_reloaded(feed, loaded, source)
         differs = _reload_differs(source, source_feed, outputs)
         if differs:
             report.notes.append(f"localisation: {differs}, so it cannot be traced as it ran: pass --localize to "
                                 "trace it once")
             return
-    run.progress(f"tracing the source model op by op on {which}")
+    progress(f"tracing the source model op by op on {which}")
     try:
         with quiet_exporter():
             trace = source.framework.trace(source, source_feed)
@@ -86,14 +91,13 @@ def localize(run, reload) -> None:
     report.notes.extend(f"localisation: {note}" for note in trace.notes)
     from verifiers.localize.divergence import localize as localize_artifact
 
-    runner = run.runner  # closed: its inputs, outputs and runtime are what is asked of it
-    runner_class = runtime_for(run.artifact.format.name, runner.runtime)
-    run.progress("running the artifact with every tensor kept, then with the source's values fed in")
-    comparison = run.comparison
+    runner = comparison.runner  # closed: its inputs, outputs and runtime are what is asked of it
+    runner_class = runtime_for(artifact.format.name, runner.runtime)
+    progress("running the artifact with every tensor kept, then with the source's values fed in")
     output_keys = {comparison.artifact_names[art]: trace.outputs[ref] for ref, art in comparison.pairs
                    if ref < len(trace.outputs)}
     try:
-        found = isolation.call(localize_artifact, run.artifact.format.name, run.artifact.path, trace,
+        found = isolation.call(localize_artifact, artifact.format.name, artifact.path, trace,
                                artifact_feed(runner, feed), runner_class, EPSILONS[mode], output_keys,
                                runtime=runner.runtime, step="localising the divergence")
     except Exception as exc:  # noqa: BLE001 - a diagnosis never changes the run's verdict
