@@ -223,15 +223,26 @@ def _options(
 def hide_framework_chatter() -> None:
     """Keep what TensorFlow, absl, oneDNN, LiteRT and torchao print on their own (native log lines
     on file descriptor 2, log records at import) off the terminal: exportgate's own lines and
-    Python's stderr go to the real stderr, native writes to descriptor 2 go to a scratch file."""
+    Python's stderr go to the real stderr, native writes to descriptor 2 go to a scratch file. A
+    Python stderr that is not descriptor 2 (a host running the CLI in its own process) stays."""
     import tempfile
 
     sys.stderr.flush()
     real = os.dup(2)
     scratch = tempfile.TemporaryFile()
     os.dup2(scratch.fileno(), 2)
-    sys.stderr = os.fdopen(real, "w", buffering=1, encoding=sys.stderr.encoding, errors="backslashreplace")
+    if _on_descriptor(sys.stderr, 2):
+        sys.stderr = os.fdopen(real, "w", buffering=1, encoding=sys.stderr.encoding, errors="backslashreplace")
+    else:
+        os.close(real)
     hide_framework_logs()
+
+
+def _on_descriptor(stream, fd: int) -> bool:
+    try:
+        return stream.fileno() == fd
+    except (AttributeError, OSError, ValueError):  # a stream of the host's own, with no descriptor
+        return False
 
 
 @_command

@@ -22,7 +22,16 @@ def tool_missing(what: str) -> NoReturn:
 
 @pytest.fixture
 def cli(tmp_path):
-    return lambda *args, **kw: run_cli(*args, cwd=tmp_path, **kw)
+    """`exportgate ARGS` in tmp_path, run in this interpreter (fixtures.cli_in_process): the
+    CLI's parsing, output and exit code; with `prelude` or `timeout`, in a child process."""
+    from fixtures.cli_in_process import run_cli_here
+
+    def run(*args, prelude: str = "", timeout: float | None = None, env: dict[str, str] | None = None):
+        if prelude or timeout is not None:
+            return run_cli(*args, cwd=tmp_path, prelude=prelude, env=env, **({"timeout": timeout} if timeout else {}))
+        return run_cli_here(*args, cwd=tmp_path, env=env)
+
+    return run
 
 
 @pytest.fixture(autouse=True)

@@ -279,12 +279,17 @@ def test_version(cli):
 
 
 @pytest.mark.parametrize("builder", ["torch_gelu", "keras_gelu"])
-def test_what_frameworks_print_and_log_while_exporting_shows_only_with_verbose(cli, builder):
+def test_what_frameworks_print_and_log_while_exporting_shows_only_with_verbose(tmp_path, builder):
     """The model prints, logs a warning on its framework's logger and writes to descriptor 2 from
     native code, each time the export traces it: none of it reaches the terminal or stdout unless
-    --verbose, and with --verbose all of it reaches stderr while stdout holds the report alone."""
+    --verbose, and with --verbose all of it reaches stderr while stdout holds the report alone (a
+    child process: what reaches its descriptors is what is tested)."""
+    from fixtures.children import run_cli
     from fixtures.models.chatty_models import LOGGED, PRINTED, WRITTEN
     from fixtures.specs import MODELS
+
+    def cli(*args):
+        return run_cli(*args, cwd=tmp_path)
 
     args = ("export", f"{MODELS / 'chatty_models.py'}:{builder}", "--to", "tflite", "--out", "m.tflite", "--json")
     quiet = cli(*args)
