@@ -17,7 +17,7 @@ from exporter.checking import CHECK_STEPS, Checking
 from exporter.exporting import EXPORT_STEPS, Export, check_options
 from exporter.options import given
 from exporter.verifying import VERIFY_STEPS, Verify
-from verifiers.pipeline import describe_artifact
+from verifiers.judging import describe_artifact
 from verifiers.report import Report
 from verifiers.steps import Progress, run_steps, silent
 

@@ -34,7 +34,7 @@ from exporter.verification import (
 )
 from verifiers.errors import BadInput, Incompatible, about, one_line
 from verifiers.formats import artifact_format
-from verifiers.pipeline import BEFORE_REWRITE
+from verifiers.judging import BEFORE_REWRITE
 from verifiers.report import Report
 from verifiers.runtimes import InvalidArtifact, runtime_for
 from verifiers.runtimes.isolation import start_early

@@ -18,7 +18,7 @@ from exporter.sources import Source
 from verifiers.errors import BadInput, ExportgateError, one_line
 from verifiers.localize.layouts import max_abs, scale
 from verifiers.formats import Artifact
-from verifiers.pipeline import BEFORE_REWRITE, Comparison, artifact_feed
+from verifiers.judging import BEFORE_REWRITE, Comparison, artifact_feed
 from verifiers.quiet import quiet_exporter
 from verifiers.report import Finding, Report
 from verifiers.runtimes import isolation, runtime_for

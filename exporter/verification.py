@@ -34,7 +34,7 @@ from exporter.sources import feeds_record, stated_length_limit
 from verifiers.compare import Tolerances
 from verifiers.errors import BadInput, about
 from verifiers.formats import Artifact
-from verifiers.pipeline import (
+from verifiers.judging import (
     Comparison,
     baked_size_hints,
     compare,

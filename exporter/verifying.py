@@ -25,7 +25,7 @@ from exporter.verification import (
 )
 from verifiers.errors import BadInput
 from verifiers.formats import detect_format, open_artifact
-from verifiers.pipeline import load_runner
+from verifiers.judging import load_runner
 from verifiers.runtimes import runtime_for
 from verifiers.runtimes.isolation import start_early
 from verifiers.sizes import artifact_axes

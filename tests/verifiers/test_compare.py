@@ -95,7 +95,7 @@ def test_matching_by_name_then_by_order():
 def test_a_declared_gelu_change_explains_values_that_differ_and_nothing_else():
     """With every GELU kept or changed as declared, outputs beyond tolerance are noted, not failed;
     a shape, a NaN/Inf where the source has a number, or the source's own NaN are failures still."""
-    from verifiers.pipeline import _accept_declared_differences
+    from verifiers.judging import _accept_declared_differences
     from verifiers.report import Report
 
     ref = np.array([1.0, 2.0, 3.0], dtype=np.float32)

@@ -1,6 +1,6 @@
 """Constant shapes in an ONNX graph (verifiers.onnx_model.constant_shapes): a Reshape to a constant
 [2, -1] holds the batch it was exported at, a Reshape to a Shape node's output does not; the
-hint a run at other sizes gets from them (verifiers.pipeline.baked_size_hints). Models are built
+hint a run at other sizes gets from them (verifiers.judging.baked_size_hints). Models are built
 here with onnx.helper and run in onnxruntime, so they are models a runtime takes."""
 
 import numpy as np
@@ -10,7 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from verifiers.formats import detect_format
 from verifiers.onnx_model import constant_shapes
-from verifiers.pipeline import baked_size_hints
+from verifiers.judging import baked_size_hints
 from verifiers.report import Report
 from verifiers.sizes import DynamicAxis, plan_sizes
 

@@ -1,7 +1,7 @@
 """What the report and its writers say about dynamic axes: JUnit (read back with junitparser) has
 one test case per axis, the HTML report a "Dynamic axes" table, the Markdown summary the sizes
 per job, and the text summary the sizes that held or the hints of a run that failed at a size.
-Reports are built here from verifiers.sizes plans, as verifiers.pipeline fills them."""
+Reports are built here from verifiers.sizes plans, as verifiers.judging fills them."""
 
 import re
 from html.parser import HTMLParser

@@ -1,6 +1,7 @@
-"""The verification steps every command shares: run the artifact beside the source, compare the
-outputs, and judge every GELU. What differs by format is asked of the artifact (verifiers.formats),
-what differs by runtime of its runner (verifiers.runtimes)."""
+"""Judging an artifact against its source, the artifact layer's part: run the artifact beside the
+source's outputs, compare them (at every size of its dynamic axes), and judge every GELU. What
+differs by format is asked of the artifact (verifiers.formats), what differs by runtime of its
+runner (verifiers.runtimes); exporter.verification puts these in the order a command runs them."""
 
 from __future__ import annotations
 
