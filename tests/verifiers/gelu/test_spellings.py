@@ -32,8 +32,8 @@ UNSUPPORTED = {
 }
 
 
-def _export(spec, to, opset, out):
-    return api.export(spec, to=to, opset=opset, out=out / f"m.{to}")
+def _export(spec, to, opset, out, verify=True):
+    return api.export(spec, to=to, opset=opset, out=out / f"m.{to}", verify=verify)
 
 
 @pytest.mark.parametrize(("to", "opset"), ROUTES, ids=[f"{t}{o or ''}" for t, o in ROUTES])
@@ -63,7 +63,7 @@ CHANGED_CASES = [(fw, name, to, opset) for fw, name in CASES for to, opset in [(
                          ids=[f"{fw}-{n}-{to}" for fw, n, to, _ in CHANGED_CASES])
 def test_spelling_changed_in_the_artifact_is_exit_3(tmp_path, framework, name, to, opset):
     spec, flavours = FRAMEWORKS[framework]
-    exported = _export(spec(f"swapped_{name}"), to, opset, tmp_path)
+    exported = _export(spec(f"swapped_{name}"), to, opset, tmp_path, verify=False)  # the artifact is all it is for
     assert exported.exit_code == 0, exported.summary_lines()
     report = api.verify(tmp_path / f"m.{to}", source=spec(f"{name}_mlp"))
     assert report.exit_code == 3, report.summary_lines()
