@@ -82,13 +82,17 @@ def _dense_bias_subtracted(path, out):
     return node.name
 
 
+def test_the_artifact_verifies_against_its_folder(folders, bert_onnx, cli):
+    out, _ = bert_onnx
+    assert cli("verify", out, "--source", folders["bert-text-classification"]).returncode == 0
+
+
 @pytest.mark.parametrize("fault", ["add_to_sub", "dense_bias_subtracted"])
-def test_the_artifact_verifies_against_its_folder_and_a_broken_one_fails(folders, bert_onnx, cli, tmp_path, fault):
+def test_a_broken_artifact_fails_against_its_folder_naming_the_faulted_op(folders, bert_onnx, cli, tmp_path, fault):
     import onnx
 
     out, _ = bert_onnx
     folder = folders["bert-text-classification"]
-    assert cli("verify", out, "--source", folder).returncode == 0
     broken = tmp_path / "broken.onnx"
     if fault == "add_to_sub":
         faulted = onnx.load(str(out)).graph.node[inject_onnx(out, "add_to_sub", broken, seed=0).op].name
