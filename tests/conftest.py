@@ -34,6 +34,23 @@ def cli(tmp_path):
     return run
 
 
+@pytest.fixture(scope="session")
+def shared_artifact(tmp_path_factory):
+    """`shared_artifact(destination, spec, name, **options)`: the artifact exportgate exports from
+    `spec` with `options`, built once per test run for every worker (fixtures.artifact_cache), copied
+    into `destination`; returns the copy's path."""
+    from fixtures.artifact_cache import built, copy_into
+
+    base = tmp_path_factory.getbasetemp()
+    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "shared-artifacts"
+
+    def copy(destination, spec: str, name: str, **options):
+        copy_into(built(root, spec, name, **options), destination)
+        return destination / name
+
+    return copy
+
+
 @pytest.fixture(autouse=True)
 def _environment_restored():
     """Whatever a test, or the exportgate code it calls, sets in os.environ is undone after it: the

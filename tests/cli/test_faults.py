@@ -58,11 +58,9 @@ def _wait_for(process, text, timeout=300):
     raise AssertionError(f"never saw {text!r}: {''.join(seen)}")
 
 
-def _release(tmp_path):
-    """A previous release at dist/m.onnx, with its data file."""
-    result = run_cli("export", torch_model("mlp_tanh"), "--to", "onnx", "--opset", "18", "--out", "dist/m.onnx",
-                     cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
+def _release(tmp_path, shared_artifact):
+    """A previous release at dist/m.onnx, with its data file (exported once for the whole run)."""
+    shared_artifact(tmp_path / "dist", torch_model("mlp_tanh"), "m.onnx", to="onnx", opset=18)
     return {p.name: p.read_bytes() for p in (tmp_path / "dist").iterdir()}
 
 
@@ -72,8 +70,8 @@ def _files(tmp_path):
 
 @pytest.mark.parametrize(("sig", "code", "word"), [(signal.SIGINT, 130, "interrupted"),
                                                      (signal.SIGTERM, 143, "terminated")])
-def test_a_signal_mid_export_writes_a_report_that_says_so(tmp_path, sig, code, word):
-    before = _release(tmp_path)
+def test_a_signal_mid_export_writes_a_report_that_says_so(tmp_path, shared_artifact, sig, code, word):
+    before = _release(tmp_path, shared_artifact)
     stall = tmp_path / "stall"
     run = _start(tmp_path, "export", torch_model("held_mlp"), "--to", "onnx", "--opset", "17",
                  "--out", "dist/m.onnx", "--report", "r.json", stall=stall)
@@ -92,13 +90,13 @@ def test_a_signal_mid_export_writes_a_report_that_says_so(tmp_path, sig, code, w
     ["--gelu", "fast"], ["--dynamic", "x"], ["--input", "x:4by16:float32"], ["--opset", "0"],
     ["--report", "dist/m.onnx/r.json"],
 ])
-def test_a_usage_error_leaves_the_previous_release_and_loads_nothing(tmp_path, options):
-    before = _release(tmp_path)
+def test_a_usage_error_leaves_the_previous_release_and_loads_nothing(tmp_path, shared_artifact, cli, options):
+    before = _release(tmp_path, shared_artifact)
     marker = tmp_path / "loaded"
     builder = tmp_path / "builder.py"
     builder.write_text(f"import pathlib\npathlib.Path({str(marker)!r}).touch()\n"
                        f"from fixtures.models.torch_models import mlp_exact as build\n")
-    result = run_cli("export", f"{builder}:build", "--to", "onnx", "--out", "dist/m.onnx", *options, cwd=tmp_path)
+    result = cli("export", f"{builder}:build", "--to", "onnx", "--out", "dist/m.onnx", *options)
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("exportgate: error: "), result.stderr
@@ -109,12 +107,12 @@ def test_a_usage_error_leaves_the_previous_release_and_loads_nothing(tmp_path, o
 @pytest.mark.parametrize(("option", "value", "message"), [
     ("--out", "dist", "is a folder"), ("--out", "afile/m.onnx", "is a file, not a folder"),
     ("--report", "afile/r.json", "is a file, not a folder")])
-def test_paths_that_cannot_be_written_are_refused_first(tmp_path, option, value, message):
+def test_paths_that_cannot_be_written_are_refused_first(tmp_path, cli, option, value, message):
     (tmp_path / "dist").mkdir()
     (tmp_path / "afile").write_text("")
     args = {"--out": "dist/m.onnx", "--report": "r.json"} | {option: value}
-    result = run_cli("export", torch_model("mlp_exact"), "--to", "onnx", "--out", args["--out"],
-                     "--report", args["--report"], cwd=tmp_path)
+    result = cli("export", torch_model("mlp_exact"), "--to", "onnx", "--out", args["--out"],
+                 "--report", args["--report"])
     assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1 and message in result.stderr
     assert list((tmp_path / "dist").iterdir()) == []
