@@ -356,10 +356,17 @@ class Report:
             judged = [g for g in self.gelu if g["status"] not in ("unused", "indistinguishable")]
             unused = sum(g["status"] == "unused" for g in self.gelu)
             unresolved = [g for g in self.gelu if g["status"] == "indistinguishable"]
-            flavours = sorted({g["source_flavour"] for g in judged if g["source_flavour"]})
-            if judged or not unresolved:
-                lines.append(f"  {len(judged)} GELU site(s) keep their flavour ({', '.join(flavours)})"
+            kept = [g for g in judged if g["status"] != "declared"]
+            declared = [g for g in judged if g["status"] == "declared"]
+            flavours = sorted({g["source_flavour"] for g in kept if g["source_flavour"]})
+            if kept or not (declared or unresolved):
+                lines.append(f"  {len(kept)} GELU site(s) keep their flavour ({', '.join(flavours)})"
                              + (f"; {unused} unused (no output depends on them), not judged" if unused else ""))
+            if declared:
+                changes = sorted({f"{g['source_flavour']} to {g['measured']}" for g in declared})
+                lines.append(f"  {len(declared)} GELU site(s) changed as declared ({', '.join(changes)})"
+                             + (f"; {unused} unused (no output depends on them), not judged"
+                                if unused and not kept else ""))
             if unresolved:
                 steps = ", ".join(f"{g['resolution']:.2g}" for g in unresolved if g.get("resolution") is not None)
                 lines.append(f"  {len(unresolved)} GELU site(s) whose flavour int8 cannot resolve"

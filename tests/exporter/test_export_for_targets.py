@@ -73,6 +73,10 @@ def test_gelu_tanh_is_declared_not_failed(tmp_path):
     assert report.exit_code == 0, report.summary_lines()
     [entry] = report.gelu
     assert (entry["status"], entry["source_flavour"], entry["measured"]) == ("declared", "exact", "tanh")
+    # the summary says what became of the GELU: changed as asked, not kept
+    lines = report.summary_lines()
+    assert "  1 GELU site(s) changed as declared (exact to tanh)" in lines, lines
+    assert not any("keep their flavour" in line for line in lines), lines
 
 
 def test_gelu_native_where_the_target_has_none_is_exit_4(tmp_path):
