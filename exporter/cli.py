@@ -24,7 +24,7 @@ from exporter import options
 from exporter.options import Option
 from verifiers.errors import ExportgateError, Terminated
 from verifiers.quiet import hide_framework_logs, show_framework_output
-from verifiers.writers import job_name
+from verifiers.writers import job_name, option_of
 
 app = typer.Typer(
     name="exportgate",
@@ -79,7 +79,7 @@ def _api_keywords(command: str, values: dict[str, Any]) -> dict[str, Any]:
 
 def _reports(command: str, values: dict[str, Any]) -> dict[str, Path]:
     """The report files asked for, by writer name (verifiers.writers)."""
-    return {"json" if option.name == "report" else option.name: values[option.name]
+    return {option.writer: values[option.name]
             for option in options.of(command) if option.to == "report" and values[option.name] is not None}
 
 
@@ -324,8 +324,7 @@ def _finish_jobs(result, as_json: bool, where: str, written: dict) -> None:
                               indent=2, default=str))
     for line in result.summary_lines():
         typer.echo(line, err=True)
-    files = ", ".join(f"{options.flag_of('report' if writer == 'json' else writer, 'merge')} {path}"
-                      for writer, path in written.items())
+    files = ", ".join(f"{option_of(writer)} {path}" for writer, path in written.items())
     typer.echo(f"{where}" + (f"; reports: {files}" if files else ""), err=True)
     _tell_ci(result.jobs)
     raise typer.Exit(result.exit_code)

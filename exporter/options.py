@@ -21,6 +21,7 @@ from typing import Any
 
 from verifiers.errors import BadInput
 from verifiers.report import LIST_CAP
+from verifiers.writers import WRITERS
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ class Option:
     argument: bool = False  # positional
     to: str = "api"
     expects: str | None = None  # what a config value must be, where the type does not say it well
+    writer: str | None = None  # a report option: the report writer it asks for (verifiers.writers)
 
     @property
     def parameter(self) -> str:
@@ -101,6 +103,14 @@ def as_strings(value: Any) -> list[str] | None:
 
 _MODEL_SPEC = "file.py:callable, model.keras, model.pt2 or a transformers model folder (save_pretrained)"
 _REPORTING = ("export", "verify", "check", "run", "merge")
+
+
+def _report_option(writer: str) -> Option:
+    """The option that asks for report writer `writer`, as the writer declares it (its OPTION and
+    HELP); the JSON writer's is --report, named "report"."""
+    module = WRITERS[writer]
+    return Option(module.OPTION.removeprefix("--"), module.OPTION, Path, module.HELP, _REPORTING, metavar="PATH",
+                  to="report", writer=writer)
 _RUNNING = ("export", "verify")
 
 OPTIONS: tuple[Option, ...] = (
@@ -190,14 +200,7 @@ OPTIONS: tuple[Option, ...] = (
            "threads, LiteRT's num_threads). Default: the runtime's own choice.", ("export", "verify", "run", "inspect"),
            metavar="N", minimum=1, to="worker"),
     # ---- what is written and printed --------------------------------------------------------------
-    Option("report", "--report", Path, "Write the JSON report here.", _REPORTING, metavar="PATH", to="report"),
-    Option("junit", "--junit", Path, "Write a JUnit XML report here: one test case per check (export, each output, "
-           "each GELU site, each target check), for CI test views.", _REPORTING, metavar="PATH", to="report"),
-    Option("html", "--html", Path, "Write an HTML report here: one self-contained page with the verdict, the error "
-           "histogram of each output and a plot of each GELU site against the flavours.", _REPORTING, metavar="PATH",
-           to="report"),
-    Option("summary", "--summary", Path, "Write a Markdown summary here (verdict, the job, every failure). On GitHub "
-           "Actions it is also appended to $GITHUB_STEP_SUMMARY.", _REPORTING, metavar="PATH", to="report"),
+    *(_report_option(writer) for writer in WRITERS),
     Option("full_lists", "--full-lists", bool, "Keep every entry of the lists that grow with the model (ops computing "
            f"in float, int8 layers, the divergence profile) in the JSON report, not the first {LIST_CAP} and their "
            "count.", ("export", "verify", "check"), default=False, job=True),

@@ -2,8 +2,9 @@
 
 A writer is a module with `write(report, path)` and `write_jobs([(job name, report), ...], path)`
 (`exportgate run` and `merge`), which write atomically (a reader never sees half a report), and
-`OPTION`, the command-line option that asks for it (named in errors). A new
-writer is that module and one line in WRITERS; the API takes it as `reports={name: path}`.
+`OPTION` and `HELP`, the command-line option that asks for it (exporter.options makes it an option of
+every command that writes reports; errors name it). A new writer is that module and one line in
+WRITERS; the API takes it as `reports={name: path}`, the CLI as its OPTION.
 """
 
 from __future__ import annotations

@@ -24,6 +24,8 @@ from verifiers.report import OutputResult, Report
 from verifiers.writers import atomic_write, job_name
 
 OPTION = "--html"
+HELP = ("Write an HTML report here: one self-contained page with the verdict, the error histogram of each "
+        "output and a plot of each GELU site against the flavours.")
 
 _ID_OR_REFERENCE = re.compile(r"""(\bid=["']|url\(#|href=["']#)([^"')]+)""")
 _STATUS_CLASS = {"kept": "pass", "declared": "note", "indistinguishable": "note", "unused": "skip", "changed": "fail",

@@ -11,6 +11,7 @@ from verifiers.report import Report, combined_exit_code
 from verifiers.writers import atomic_write
 
 OPTION = "--report"
+HELP = "Write the JSON report here."
 
 
 def write(report: Report, path: Path) -> None:

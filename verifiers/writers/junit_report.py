@@ -33,6 +33,8 @@ from verifiers.report import Finding, OutputResult, Report
 from verifiers.writers import atomic_write, job_name
 
 OPTION = "--junit"
+HELP = ("Write a JUnit XML report here: one test case per check (export, each output, each GELU site, each "
+        "target check), for CI test views.")
 
 _GELU_FAILED = ("changed", "removed", "added")
 _OUTPUT_STEPS = ("run_artifact", "compare")

@@ -9,6 +9,8 @@ from verifiers.report import Report
 from verifiers.writers import atomic_write, job_name
 
 OPTION = "--summary"
+HELP = ("Write a Markdown summary here (verdict, the job, every failure). On GitHub Actions it is also "
+        "appended to $GITHUB_STEP_SUMMARY.")
 
 
 def write(report: Report, path: Path) -> None:
