@@ -364,10 +364,14 @@ def diagnose_layers(quantized_path: str | Path, float_path: str | Path | None,
                     feeds: list[dict[str, np.ndarray]], format: str | None = None,
                     runner_class: type | None = None) -> LayerDiagnosis:
     """Per-tensor SQNR of a quantized model against its float model (`format`: a LAYER_DIAGNOSERS
-    key, by default the file's suffix), both run by `runner_class` (verifiers.runtimes; by default
-    the format's runtime); float_path None is allowed for ONNX (float_from_qdq)."""
+    key, by default the file's format as verifiers.formats detects it), both run by `runner_class`
+    (verifiers.runtimes; by default the format's runtime); float_path None is allowed for ONNX
+    (float_from_qdq)."""
     quantized_path = Path(quantized_path)
-    format = format or quantized_path.suffix.lstrip(".").lower()
+    if format is None:
+        from verifiers.formats import detect_format
+
+        format = detect_format(quantized_path).name
     diagnoser = LAYER_DIAGNOSERS.get(format)
     if diagnoser is None:
         raise BadInput(f"{quantized_path}: no per-layer diagnosis for format {format!r} "

@@ -140,5 +140,6 @@ def test_what_cannot_be_diagnosed_is_one_bad_input(tflite_pair, tflite_feeds, tm
     _, _, int8_path = tflite_pair
     with pytest.raises(BadInput, match="needs its float model"):
         layer_errors(int8_path, None, tflite_feeds)
-    with pytest.raises(BadInput, match="no per-layer diagnosis for format 'pt'"):
+    (tmp_path / "model.pt").write_bytes(b"PK\x03\x04 a torch checkpoint")
+    with pytest.raises(BadInput, match="neither an ONNX nor a TFLite file"):
         layer_errors(tmp_path / "model.pt", None, tflite_feeds)
