@@ -8,7 +8,7 @@ import filecmp
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from exporter import integer
+from exporter import quantization
 from exporter.artifact_record import artifact_info, hash_in_background, record_artifact
 from exporter.checking import check_target, target_named
 from exporter.digests import Digests
@@ -61,7 +61,7 @@ class Export(Verification):
     digests: Digests | None = None
 
     def float_twin(self) -> Path:
-        return integer.float_twin(self.route, self.source, self.request, self.staging.folder / "float-twin",
+        return quantization.float_twin(self.route, self.source, self.request, self.staging.folder / "float-twin",
                                   self.staging.path.name, self.progress)
 
     def failed_to_load(self, error: InvalidArtifact) -> None:
@@ -80,7 +80,7 @@ def check_options(run: Export) -> None:
     check_request(options["to"], options["exporter"], options["quantize"])
     with about("opset"):
         check_opset(options["to"], run.opset, framework_named_by(run.model))
-    integer.check_integer_options(options["quantize"], options["io"], options["calibration"],
+    quantization.check_integer_options(options["quantize"], options["io"], options["calibration"],
                                   options["allow_float_ops"])
     with about("gelu"):
         check_gelu_policy(options["gelu"])
@@ -89,7 +89,7 @@ def check_options(run: Export) -> None:
     with about("out"):
         check_writable(run.out, "--out")
     check_reports(run.reports)
-    if options["quantize"] not in (None, "int8"):  # int8 is judged by SQNR and top-1 (integer.record_precision)
+    if options["quantize"] not in (None, "int8"):  # int8 is judged by SQNR and top-1 (quantization.record_precision)
         run.report.notes.append(run.tolerances.scale_for(options["quantize"]))
     if options["target"]:
         with about("target"):
@@ -129,13 +129,13 @@ def _load_source(run: Export) -> None:
     make_feeds(run)
     run.axes = name_symbols([*_declared_dynamic(run), *run.axes], run.feeds[0])
     if options["quantize"] == "int8":
-        run.calibration_feeds, calibration = integer.calibration_feeds(run.source, options["calibration"],
+        run.calibration_feeds, calibration = quantization.calibration_feeds(run.source, options["calibration"],
                                                                         options["seed"], run.axes)
         run.report.quantization["calibration"] = calibration
         if calibration["random"]:
-            run.report.notes.append(integer.random_calibration_note(calibration))
+            run.report.notes.append(quantization.random_calibration_note(calibration))
         if "cast" in calibration:
-            run.report.notes.append(integer.cast_calibration_note(calibration))
+            run.report.notes.append(quantization.cast_calibration_note(calibration))
 
 
 def _declared_dynamic(run: Export) -> list[DynamicAxis]:

@@ -25,7 +25,7 @@ from verifiers.runtimes import isolation, runtime_for
 from verifiers.steps import Progress
 
 # An artifact's precision (verifiers.precision's mode) -> the epsilon its ops round to; integer
-# artifacts are diagnosed layer by layer against a float twin instead (exporter.integer).
+# artifacts are diagnosed layer by layer against a float twin instead (exporter.quantization).
 EPSILONS = {"float": float(np.finfo(np.float32).eps), "fp16": float(np.finfo(np.float16).eps)}
 SAME_OUTPUTS_RTOL = 1e-6  # a source loaded again must give the outputs it gave (relative to their scale)
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from exporter import integer, localization
+from exporter import localization, quantization
 from exporter.digests import Digests
 from exporter.generation import (
     DECODE_STEPS,
@@ -174,12 +174,12 @@ SOURCE_STEPS = (
 
 
 def _record_precision(run: Verification) -> None:
-    thresholds = integer.thresholds(run.options["min_sqnr"], run.options["min_top1"])
-    integer.record_precision(run.report, run.artifact, thresholds, run.tolerances)
+    thresholds = quantization.thresholds(run.options["min_sqnr"], run.options["min_top1"])
+    quantization.record_precision(run.report, run.artifact, thresholds, run.tolerances)
 
 
 def _integer_artifact(run: Verification) -> bool:
-    return run.report.quantization.get("mode") in integer.INTEGER_MODES
+    return run.report.quantization.get("mode") in quantization.INTEGER_MODES
 
 
 def _release_source(run: Verification) -> bool:
@@ -238,7 +238,7 @@ def _check_generation(run: Verification) -> None:
 
 def _diagnose_layers(run: Verification) -> None:
     feeds = [named_feed(run.runner, feed) for feed in run.feeds]
-    integer.diagnose_layers(run.report, run.artifact, run.float_twin(), feeds, run.tolerances.integer, run.runner,
+    quantization.diagnose_layers(run.report, run.artifact, run.float_twin(), feeds, run.tolerances.integer, run.runner,
                             run.progress)
 
 
@@ -293,7 +293,7 @@ JUDGING_STEPS = (
          message=lambda run: f"generating with the artifact: a prefill and {DECODE_STEPS} cached decode steps",
          when=lambda run: run.active and run.generation is not None),
     Step("layers", _diagnose_layers,
-         when=lambda run: run.active and _integer_artifact(run) and bool(integer.weak_outputs(run.report))),
+         when=lambda run: run.active and _integer_artifact(run) and bool(quantization.weak_outputs(run.report))),
     Step("gelu", runs_the_artifact(_judge_gelu),
          message=lambda run: run.options["gelu_guard"] and "finding the GELU sites of the source and measuring "
                                                           "the artifact's",

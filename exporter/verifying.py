@@ -8,7 +8,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from exporter import integer
+from exporter import quantization
 from exporter.artifact_record import hash_in_background, record_artifact, report_artifact
 from exporter.frameworks import load_source
 from exporter.model_tasks import TASKS
@@ -46,7 +46,7 @@ class Verify(Verification):
         fmt = self.artifact.format.name
         request = ExportRequest(fmt, self.report.actual_opset, output_names=self.reference[0][0],
                                 sample_inputs=self.feeds[0])
-        return integer.float_twin(route_for(self.source.framework.name, fmt), self.source, request, folder,
+        return quantization.float_twin(route_for(self.source.framework.name, fmt), self.source, request, folder,
                                   self.path.name, self.progress)
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from verifiers.errors import BadInput
-from verifiers.quant_metrics import IntegerThresholds, judge_integer_output
+from verifiers.quantization.metrics import IntegerThresholds, judge_integer_output
 from verifiers.report import VALUES, Finding, OutputResult
 
 

@@ -16,7 +16,7 @@ from verifiers.compare import Tolerances, compare_outputs, match_outputs
 from verifiers.errors import BadInput, ExportgateError, one_line
 from verifiers.formats import Artifact, detect_format, measured_sites, opened
 from verifiers.gelu.configured import Declared
-from verifiers.quant_metrics import dequantize, quantize
+from verifiers.quantization.metrics import dequantize, quantize
 from verifiers.report import VALUES, Report
 from verifiers.steps import Progress, count, silent
 from verifiers.runtimes import InvalidArtifact, Runner, open_runner, run_model, runtime_for

@@ -106,7 +106,7 @@ class OutputResult:
     # How many elements' |artifact - source| fall in each decade: counts[0] below
     # 10**log10_edges[0] (exact matches included), counts[k] from 10**edges[k-1], the last at or above 10**edges[-1].
     error_histogram: dict[str, list] = field(default_factory=dict)
-    # An integer (int8) artifact is judged by these instead of atol/rtol (verifiers.quant_metrics):
+    # An integer (int8) artifact is judged by these instead of atol/rtol (verifiers.quantization.metrics):
     # SQNR in dB (None when the outputs are identical), cosine similarity, and top-1 agreement for
     # outputs whose last axis holds classes.
     sqnr_db: float | None = None

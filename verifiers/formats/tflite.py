@@ -77,7 +77,7 @@ class TfliteArtifact(Artifact):
         return tflite_precision(self.model, _tflite_labels(self.model)[0])
 
     def int8_spec_violations(self) -> list:
-        from verifiers.int8_spec import int8_spec_violations
+        from verifiers.formats.tflite_int8_spec import int8_spec_violations
 
         return int8_spec_violations(self.model)
 

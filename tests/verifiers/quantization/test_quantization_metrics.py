@@ -1,4 +1,4 @@
-"""verifiers.quant_metrics: SQNR, cosine and top-1 agreement on known arrays; judging an integer
+"""verifiers.quantization.metrics: SQNR, cosine and top-1 agreement on known arrays; judging an integer
 output; quantize/dequantize against ai-edge-litert's QUANTIZE kernel."""
 
 import math
@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from verifiers.quant_metrics import (
+from verifiers.quantization.metrics import (
     IntegerThresholds, cosine, dequantize, judge_integer_output, looks_like_classes, quantize, sqnr_db,
     top1_agreement,
 )

@@ -1,4 +1,4 @@
-"""verifiers.quant_layers on real runtimes: a faithful int8 model has every tensor above 20 dB,
+"""verifiers.quantization.layers on real runtimes: a faithful int8 model has every tensor above 20 dB,
 and the same model with one layer's scale ruined has that layer named as the first collapse,
 though the layers after it inherit the error (and can be worse). ONNX: onnxruntime
 quantize_static QDQ of an onnx.helper CNN; TFLite: TFLiteConverter full-integer PTQ of a Keras
@@ -12,7 +12,7 @@ import pytest
 from fixtures import make_broken_int8 as mbi
 from verifiers.errors import BadInput
 from verifiers.naming import shown
-from verifiers.quant_layers import LAYER_DIAGNOSERS, diagnose_layers, first_collapse, float_from_qdq, layer_errors
+from verifiers.quantization.layers import LAYER_DIAGNOSERS, diagnose_layers, first_collapse, float_from_qdq, layer_errors
 
 pytestmark = pytest.mark.filterwarnings("ignore:Statistics for quantized inputs were expected")
 

@@ -2,7 +2,7 @@
 the calibration data, what stayed float, and the float twin a weak run is diagnosed against.
 
 What can be said of any int8 artifact (its precision, SQNR and top-1, per-layer errors) lives in
-verifiers/ (verifiers.precision, verifiers.quant_metrics, verifiers.quant_layers).
+verifiers/ (verifiers.precision, verifiers.quantization.metrics, verifiers.quantization.layers).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from exporter.sources import Source, make_batches
 from verifiers.errors import BadInput
 from verifiers.naming import shown
 from verifiers.formats import Artifact
-from verifiers.quant_metrics import IntegerThresholds
+from verifiers.quantization.metrics import IntegerThresholds
 from verifiers.report import Report
 from verifiers.runtimes import Runner
 
@@ -118,7 +118,7 @@ def diagnose_layers(report: Report, artifact: Artifact, float_model: Path, feeds
     floor is named in the finding of every failing output. Both models run in the runtime that
     runs the artifact, in its worker (its limits hold; a crash there is a note: a diagnosis never
     changes the verdict)."""
-    from verifiers.quant_layers import diagnose_layers as layer_diagnosis, first_collapse
+    from verifiers.quantization.layers import diagnose_layers as layer_diagnosis, first_collapse
     from verifiers.runtimes import isolation, runtime_for
 
     step = "comparing the int8 artifact's layers with the float model's"
