@@ -1,5 +1,5 @@
 """Localising a red run, the model layer's part: which batch failed, the source traced op by op on
-it (loaded again when the run had let it go), and the artifact layer's verifiers.localize run in a
+it (loaded again when the run had let it go), and the artifact layer's verifiers.localization run in a
 runtime worker of its own (the runner's keeps its session, and a runtime that crashes on the
 inspection models takes no later step with it). The report gets `divergence` and one line for
 every writer; a localisation that fails is a note, never a change of verdict.
@@ -16,7 +16,7 @@ import numpy as np
 from exporter.frameworks import load_source
 from exporter.sources import Source
 from verifiers.errors import BadInput, ExportgateError, one_line
-from verifiers.localize.layouts import max_abs, scale
+from verifiers.localization.layouts import max_abs, scale
 from verifiers.formats import Artifact
 from verifiers.judging import BEFORE_REWRITE, Comparison, artifact_feed
 from verifiers.quiet import quiet_exporter
@@ -89,7 +89,7 @@ def localize(report: Report, source: Source, feeds: list[dict], reference: list,
         report.notes.append(f"localisation: {source.framework.name} models cannot be traced op by op yet")
         return
     report.notes.extend(f"localisation: {note}" for note in trace.notes)
-    from verifiers.localize.divergence import localize as localize_artifact
+    from verifiers.localization.divergence import localize as localize_artifact
 
     runner = comparison.runner  # closed: its inputs, outputs and runtime are what is asked of it
     runner_class = runtime_for(artifact.format.name, runner.runtime)
@@ -109,10 +109,10 @@ def localize(report: Report, source: Source, feeds: list[dict], reference: list,
 
 def module_by_weights(divergence, source: Source, trace):
     """The first divergence's module from its weights, where nothing surer said it
-    (verifiers.localize.weights): its line becomes that module's first op's."""
+    (verifiers.localization.weights): its line becomes that module's first op's."""
     from dataclasses import replace
 
-    from verifiers.localize.weights import owner
+    from verifiers.localization.weights import owner
 
     first = divergence.first
     if first is None or not first.weights:

@@ -207,7 +207,7 @@ class Report:
     # An integer artifact: {"mode", "io", "float_ops", "calibration": {"source", "batches", "random"},
     # "method", "layers": [{"tensor", "op_type", "sqnr_db", ...} worst first], "first_collapse"}.
     quantization: dict[str, Any] = field(default_factory=dict)
-    # Where a numeric difference starts (a red run, or --localize; verifiers.localize): {"first": {"node",
+    # Where a numeric difference starts (a red run, or --localize; verifiers.localization): {"first": {"node",
     # "op_type", "module", "source", "introduced_max_abs", "inherited_max_abs", "covers", "tensor",
     # "tolerance"} or None, "path": [the next diverging ops], "aligned": artifact tensors matched with the
     # source's, "computed": float tensors it computes, "profile": [{"order", "node", "max_abs",

@@ -63,7 +63,7 @@ class Framework:
 
     def trace(self, source: Source, feed: dict[str, np.ndarray]):
         """What the source computes on one feed, op by op, with each op's module and source line
-        (a verifiers.localize.trace.SourceTrace), for localising a divergence; None where the
+        (a verifiers.localization.trace.SourceTrace), for localising a divergence; None where the
         framework cannot tell."""
         return None
 

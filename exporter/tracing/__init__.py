@@ -1,2 +1,2 @@
-"""Source models traced op by op on one batch, for localising a divergence (verifiers.localize.trace):
+"""Source models traced op by op on one batch, for localising a divergence (verifiers.localization.trace):
 one module per framework, imported by its Framework.trace."""

@@ -1,4 +1,4 @@
-"""A Keras model traced op by op on one batch (verifiers.localize.trace.SourceTrace).
+"""A Keras model traced op by op on one batch (verifiers.localization.trace.SourceTrace).
 
 The model is traced the way the Keras routes trace it (its serving function, through tf.function),
 its variables frozen into constants, and the frozen graph run once in a TensorFlow session that
@@ -17,7 +17,7 @@ from pathlib import PurePath
 
 import numpy as np
 
-from verifiers.localize.trace import SourceTensor, SourceTrace
+from verifiers.localization.trace import SourceTensor, SourceTrace
 
 _CALL_SUFFIX = re.compile(r"^(.*)_\d+$")
 # Frames that are not model code: TensorFlow, Keras' backend and plumbing, exportgate itself.

@@ -1,4 +1,4 @@
-"""A PyTorch model traced op by op on one batch (verifiers.localize.trace.SourceTrace).
+"""A PyTorch model traced op by op on one batch (verifiers.localization.trace.SourceTrace).
 
 The model is captured with torch.export (non-strict, as torch.onnx's dynamo exporter does) and
 decomposed the way torch.onnx decomposes it before translating, so every FX node keeps the name the
@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from verifiers.localize.trace import SourceTensor, SourceTrace
+from verifiers.localization.trace import SourceTensor, SourceTrace
 
 _FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 _TORCH_FILE = re.compile(r"[\\/](site|dist)-packages[\\/]torch[\\/]")

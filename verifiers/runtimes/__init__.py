@@ -76,7 +76,7 @@ class Runner:
     @classmethod
     def run_inspection(cls, model: bytes, feed: dict[str, np.ndarray], keep: list[str],
                        data_folder: Path | None = None) -> dict[str, np.ndarray]:
-        """Run a model built to look inside an artifact (verifiers.localize) as written, with no
+        """Run a model built to look inside an artifact (verifiers.localization) as written, with no
         graph rewrite and no delegate, and return the tensors `keep` by id (an ONNX graph output's
         name, a TFLite tensor's index); its external data, if any, lies in `data_folder`."""
         raise NotImplementedError(f"{cls.runtime} cannot run a model to look inside it")

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from verifiers.localize.graph import ArtifactGraph, OpView, Scope, TensorView
+from verifiers.localization.graph import ArtifactGraph, OpView, Scope, TensorView
 from verifiers.onnx_model import load_structure
 
 _FX_NODE = re.compile(r"^%(\S+)")

@@ -3,8 +3,8 @@ tensors between them, what the exporter recorded of the source (names, module sc
 lines), and two ways to run it in its runtime: with every tensor kept, and with chosen tensors
 replaced by given values (the source's) for the ops that read them.
 
-A format is one class in GRAPHS, found by format name (verifiers.localize.onnx_graph,
-verifiers.localize.tflite_graph); what it builds runs through its runtime's
+A format is one class in GRAPHS, found by format name (verifiers.localization.onnx_graph,
+verifiers.localization.tflite_graph); what it builds runs through its runtime's
 `Runner.run_inspection` (verifiers.runtimes).
 """
 
@@ -106,8 +106,8 @@ class ArtifactGraph:
 
 
 GRAPHS: LazyRegistry[type[ArtifactGraph]] = LazyRegistry("localisation graph", {
-    "onnx": "verifiers.localize.onnx_graph:OnnxGraph",
-    "tflite": "verifiers.localize.tflite_graph:TfliteGraph",
+    "onnx": "verifiers.localization.onnx_graph:OnnxGraph",
+    "tflite": "verifiers.localization.tflite_graph:TfliteGraph",
 })
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from verifiers.localize.graph import ArtifactGraph, OpView, Scope, TensorView
+from verifiers.localization.graph import ArtifactGraph, OpView, Scope, TensorView
 from verifiers.tflite_model import NUMPY_DTYPES, load_tflite, pack, schema, tflite_op_labels, unpack, user_scope
 
 # ActivationFunctionType -> the activation fused into an op (NONE and SIGN_BIT are none).

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from verifiers.localize.layouts import layouts
+from verifiers.localization.layouts import layouts
 
 OWNER_COSINE = 0.9
 

@@ -2,7 +2,7 @@
 
 Two runs of the artifact, each keeping every float tensor it computes (in chunks where memory
 needs it), in its own runtime:
-1. as it is: every anchor's error (verifiers.localize.align) is what the artifact gets there;
+1. as it is: every anchor's error (verifiers.localization.align) is what the artifact gets there;
 2. with every anchor's readers fed the source's value instead: each segment (the ops between
    anchors) then computes from exactly what the source had, so the error at its output is the
    error the segment introduces itself, not one it inherited.
@@ -23,10 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
-from verifiers.localize.align import DATA_MOVES, Anchor, admissible, align, dialect_of, module_paths, resolve_scope
-from verifiers.localize.graph import ArtifactGraph, open_graph
-from verifiers.localize.layouts import ValueIndex, max_abs, scale
-from verifiers.localize.trace import MOVES, SourceTrace
+from verifiers.localization.align import DATA_MOVES, Anchor, admissible, align, dialect_of, module_paths, resolve_scope
+from verifiers.localization.graph import ArtifactGraph, open_graph
+from verifiers.localization.layouts import ValueIndex, max_abs, scale
+from verifiers.localization.trace import MOVES, SourceTrace
 from verifiers.naming import shown
 
 PATH_LENGTH = 5  # steps listed after the first divergence

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from verifiers.localize.layouts import Layout, ValueIndex, layouts, max_abs
-from verifiers.localize.weights import owner
+from verifiers.localization.layouts import Layout, ValueIndex, layouts, max_abs
+from verifiers.localization.weights import owner
 
 RNG = np.random.default_rng(0)
 

@@ -12,9 +12,9 @@ In order of trust:
    run of the artifact as it is (the clean part of the graph, where nothing diverged yet). An op
    that computes (not one that only moves data) makes a new value: its output is never taken for
    the tensor one of its inputs holds. Fine values (steps of a split op) are not anchors: they
-   serve to pin a fault inside a segment (verifiers.localize.divergence).
+   serve to pin a fault inside a segment (verifiers.localization.divergence).
 
-Scopes are read in the exporter's spelling (verifiers.localize.graph.Scope) and resolved to the
+Scopes are read in the exporter's spelling (verifiers.localization.graph.Scope) and resolved to the
 source's module paths.
 """
 
@@ -25,9 +25,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from verifiers.localize.graph import ArtifactGraph, Scope
-from verifiers.localize.layouts import MATCH_RTOL, Layout, ValueIndex, best_layout, layouts, scale
-from verifiers.localize.trace import SourceTrace
+from verifiers.localization.graph import ArtifactGraph, Scope
+from verifiers.localization.layouts import MATCH_RTOL, Layout, ValueIndex, best_layout, layouts, scale
+from verifiers.localization.trace import SourceTrace
 
 # Ops that only move, reshape or relabel data: their output may hold the same source tensor as their input.
 DATA_MOVES = frozenset({
@@ -55,7 +55,7 @@ class Anchor:
     how: str  # "name", "module" or "value"
     order: int  # its producer's position in the artifact's graph
     # a module output that holds a step of the op instead (key, layout): the op's last step may have
-    # been folded forward into what reads it (verifiers.localize.divergence decides)
+    # been folded forward into what reads it (verifiers.localization.divergence decides)
     alternative: tuple[str, Layout] | None = None
 
 
