@@ -248,22 +248,24 @@ def _on_descriptor(stream, fd: int) -> bool:
 @_command
 def export(values: dict[str, Any]) -> None:
     """Export MODEL, verify the artifact, and write it to --out only if it passes."""
-    from exporter import api
-
-    with _interruptible(), _stdout_for_the_report(), _runtime_limits("export", values), \
-            _command_progress(values["quiet"]) as progress:
-        result = api.export(**_api_keywords("export", values), reports=_reports("export", values), progress=progress)
-    _finish(result, values["json"])
+    _run_and_finish("export", values)
 
 
 @_command
 def verify(values: dict[str, Any]) -> None:
     """Run ARTIFACT and its source model on the same inputs and compare every output."""
+    _run_and_finish("verify", values)
+
+
+def _run_and_finish(command: str, values: dict[str, Any]) -> None:
+    """export or verify through the API (what the model prints kept off stdout, under the runtime
+    worker's settings, progress on stderr), then the verdict and the exit code."""
     from exporter import api
 
-    with _interruptible(), _stdout_for_the_report(), _runtime_limits("verify", values), \
+    with _interruptible(), _stdout_for_the_report(), _runtime_limits(command, values), \
             _command_progress(values["quiet"]) as progress:
-        result = api.verify(**_api_keywords("verify", values), reports=_reports("verify", values), progress=progress)
+        result = getattr(api, command)(**_api_keywords(command, values), reports=_reports(command, values),
+                                       progress=progress)
     _finish(result, values["json"])
 
 
