@@ -1,7 +1,7 @@
 """The Python API: export, verify, check, targets and inspect. Each returns what the CLI prints or writes.
 
 export, verify and check are short lists of named steps (exporter.exporting, exporter.verifying,
-exporter.checking; the steps export and verify share are exporter.verification), run by
+exporter.checking; the checks export and verify share are exporter.checks), run by
 verifiers.steps: progress, timings, errors and the report. Options are passed by the names
 exporter.options declares. The API never prints: progress on long steps goes to the `progress`
 callback.

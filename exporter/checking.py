@@ -8,33 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from exporter.artifact_record import hash_in_background, record_artifact, report_artifact
-from verifiers.errors import BadInput
+from exporter.checks.target import check_target, target_named
 from verifiers.formats import Artifact, open_artifact
 from verifiers.report import Report
 from verifiers.steps import Step
-from verifiers.targets import Target
 from verifiers.writers import check_reports
-
-
-def target_named(name: str, matrix: str | Path | None, fmt: str | None) -> Target:
-    """The target `name` of the packaged matrix plus `matrix`; one that runs another format than
-    `fmt` (when given) is bad input."""
-    from verifiers.target_matrix import get_target, load_targets
-
-    chosen = get_target(name, load_targets(Path(matrix) if matrix else None))
-    if fmt is not None and chosen.format != fmt:
-        raise BadInput(f"--target {name} runs {chosen.format} artifacts, not {fmt} (use --to {chosen.format})")
-    return chosen
-
-
-def check_target(report: Report, artifact: Artifact, target: Target) -> None:
-    """Every incompatibility of `artifact` with `target`, as findings and report.target_checks."""
-    from verifiers.target_check import check_artifact, to_findings
-
-    found = check_artifact(artifact, target)
-    findings = to_findings(found, target, report.command)
-    report.target_checks = [{"kind": i.kind, "message": f.message} for i, f in zip(found, findings)]
-    report.failures.extend(findings)
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """`exportgate export`: the options checked before anything loads, the source loaded and run, the
 export staged beside --out, the GELU policy applied, the target checked, then the artifact judged
-by the steps verify shares (exporter.verification), and published at --out only if all pass."""
+by the checks verify shares (exporter.checks), and published at --out only if all pass."""
 
 from __future__ import annotations
 
@@ -10,7 +10,11 @@ from pathlib import Path
 
 from exporter import quantization
 from exporter.artifact_record import artifact_info, hash_in_background, record_artifact
-from exporter.checking import check_target, target_named
+from exporter.checks import JUDGING_STEPS, PRECISION_STEPS, SOURCE_STEPS
+from exporter.checks.gelu import Gelu
+from exporter.checks.outputs import compare_outputs
+from exporter.checks.sizes import Sizes
+from exporter.checks.target import check_target, target_named
 from exporter.digests import Digests
 from exporter.frameworks import framework_named_by, load_source
 from exporter.gelu_policy import PolicyOutcome, apply_gelu_policy, check_gelu_policy
@@ -20,11 +24,7 @@ from exporter.sources import name_symbols, parse_dynamic_axis
 from exporter.staging import Staging, out_lock, remove_artifact, sweep_abandoned
 from exporter.target_fit import fit_ir_version
 from exporter.verification import (
-    JUDGING_STEPS,
-    PRECISION_STEPS,
-    SOURCE_STEPS,
     Verification,
-    compare_outputs,
     load_artifact,
     make_feeds,
     parse_checking_options,
@@ -85,11 +85,11 @@ def check_options(run: Export) -> None:
     with about("gelu"):
         check_gelu_policy(options["gelu"])
     with about("dynamic"):
-        run.axes = [parse_dynamic_axis(d) for d in options["dynamic"]]
+        run.of(Sizes).axes = [parse_dynamic_axis(d) for d in options["dynamic"]]
     with about("out"):
         check_writable(run.out, "--out")
     check_reports(run.reports)
-    if options["quantize"] not in (None, "int8"):  # int8 is judged by SQNR and top-1 (quantization.record_precision)
+    if options["quantize"] not in (None, "int8"):  # int8 is judged by SQNR and top-1 (exporter.checks.quantization)
         run.report.notes.append(run.tolerances.scale_for(options["quantize"]))
     if options["target"]:
         with about("target"):
@@ -119,7 +119,8 @@ def _load_source(run: Export) -> None:
     check_opset(options["to"], run.opset, run.route.framework)
     _check_task_route(run)
     ranks = {spec.name: len(spec.shape) for spec in run.source.inputs}
-    for axis in run.axes:
+    sizes = run.of(Sizes)
+    for axis in sizes.axes:
         if axis.input not in run.source.input_names:
             raise BadInput(f"--dynamic {axis.input}:{axis.axis}: no input named {axis.input!r} "
                            f"(inputs: {', '.join(run.source.input_names)})")
@@ -127,10 +128,10 @@ def _load_source(run: Export) -> None:
             raise BadInput(f"--dynamic {axis.input}:{axis.axis}: {axis.input} has {ranks[axis.input]} axes "
                            f"(0 to {ranks[axis.input] - 1})")
     make_feeds(run)
-    run.axes = name_symbols([*_declared_dynamic(run), *run.axes], run.feeds[0])
+    sizes.axes = name_symbols([*_declared_dynamic(run), *sizes.axes], run.feeds[0])
     if options["quantize"] == "int8":
         run.calibration_feeds, calibration = quantization.calibration_feeds(run.source, options["calibration"],
-                                                                        options["seed"], run.axes)
+                                                                        options["seed"], sizes.axes)
         run.report.quantization["calibration"] = calibration
         if calibration["random"]:
             run.report.notes.append(quantization.random_calibration_note(calibration))
@@ -191,7 +192,7 @@ def _stage(run: Export) -> None:
 
 def _export(run: Export) -> None:
     options = run.options
-    run.request = ExportRequest(options["to"], run.opset, options["exporter"], run.axes,
+    run.request = ExportRequest(options["to"], run.opset, options["exporter"], run.of(Sizes).axes,
                                 output_names=run.reference[0][0], sample_inputs=run.feeds[0],
                                 quantize=options["quantize"], io=options["io"], calibration=run.calibration_feeds,
                                 allow_float=options["allow_float_ops"])
@@ -218,7 +219,7 @@ def _remove_stale_release(report: Report, out: Path, fmt: str) -> None:
 
 def _gelu_form(run: Export) -> None:
     run.outcome = apply_gelu_policy(run.staging.path, run.options["to"], run.options["gelu"], run.target)
-    run.declared = run.outcome.declared
+    run.of(Gelu).declared = run.outcome.declared
     run.report.notes.extend(run.outcome.notes)
     if run.target is not None:
         run.report.notes.extend(filter(None, [fit_ir_version(run.staging.path, run.target)]))

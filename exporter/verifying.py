@@ -1,6 +1,6 @@
 """`exportgate verify`: an artifact from exportgate or any other tool, loading in its runtime's
-worker while its source loads and runs, then judged by the steps export shares
-(exporter.verification)."""
+worker while its source loads and runs, then judged by the checks export shares
+(exporter.checks)."""
 
 from __future__ import annotations
 
@@ -14,15 +14,9 @@ from exporter.frameworks import load_source
 from exporter.model_tasks import TASKS
 from exporter.routes import ExportRequest, route_for
 from exporter.sources import specs_of_tensors
-from exporter.verification import (
-    JUDGING_STEPS,
-    PRECISION_STEPS,
-    SOURCE_STEPS,
-    Verification,
-    make_feeds,
-    parse_checking_options,
-    record_source,
-)
+from exporter.checks import JUDGING_STEPS, PRECISION_STEPS, SOURCE_STEPS
+from exporter.checks.sizes import Sizes
+from exporter.verification import Verification, make_feeds, parse_checking_options, record_source
 from verifiers.errors import BadInput
 from verifiers.formats import detect_format, open_artifact
 from verifiers.judging import load_runner
@@ -76,7 +70,7 @@ def _load_source(run: Verify) -> None:
     if run.options["task"] is None:
         _check_inferred_task(run)
     make_feeds(run)
-    run.axes = artifact_axes(run.runner.inputs)
+    run.of(Sizes).axes = artifact_axes(run.runner.inputs)
 
 
 def _check_inferred_task(run: Verify) -> None:

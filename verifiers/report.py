@@ -213,7 +213,7 @@ class Report:
     # source's, "computed": float tensors it computes, "profile": [{"order", "node", "max_abs",
     # "introduced_max_abs", "tolerance"} per aligned tensor], "batch": which batch, "message": one line}.
     divergence: dict[str, Any] = field(default_factory=dict)
-    # A decoder with past run as generation runs it (exporter.generation): prompt_length,
+    # A decoder with past run as generation runs it (exporter.checks.generation): prompt_length,
     # decode_steps, tokens (transformers' generate), steps [{step, past_length, max_abs_err, tokens,
     # expected_tokens, tied_rows: the rows whose token differs where the top two logits tie within
     # the artifact's error (a note, not a failure)}].

@@ -5,7 +5,7 @@ The errors accumulate along the graph, so the tensors after a ruined layer inher
 `first_collapse` names the earliest tensor below the threshold (graph order), which is where the
 loss starts. Formats are found in LAYER_DIAGNOSERS by format name. Both models run through the
 artifact's runtime (`Runner.run_inspection`: as written, no graph rewrite, no delegate), and
-the whole diagnosis runs in that runtime's worker (exporter.quantization), like every other run:
+the whole diagnosis runs in that runtime's worker (exporter.checks.quantization), like every other run:
 
 - ONNX (as onnxruntime.quantization.qdq_loss_debug does): every
   DequantizeLinear output of the QDQ model, activations and weights, becomes an extra graph

@@ -36,9 +36,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from exporter.model_tasks import PAST, PRESENT
+from exporter.model_tasks import PAST, PRESENT, TASKS
+from exporter.verification import Check, Verification, runs_the_artifact
 from verifiers.compare import Tolerances
 from verifiers.report import VALUES, Report
+from verifiers.runtimes import isolation
+from verifiers.runtimes.litert_lm import teacher_forced_logits
+from verifiers.steps import Step
 
 DECODE_STEPS = 4  # decode steps after the prefill, each with a longer past
 PROMPT_LENGTH = 6
@@ -218,3 +222,35 @@ def check_generation_by_rows(report: Report, generation: Generation, tolerances:
     rows = logits_of(forced_tokens(generation))
     judge_generation(report, generation, [np.stack([row[step] for row in rows]) for step in range(len(generation.steps))],
                      tolerances)
+
+
+@dataclass
+class Generating:
+    generation: Generation | None = None  # the source's: transformers' generate, step by step
+
+
+def _reference(run: Verification) -> None:
+    task = TASKS.get(run.source.facts.get("task"))
+    if task is not None and task.past:
+        run.of(Generating).generation = reference_generation(run.source.model, run.options["seed"])
+
+
+def _generate(run: Verification) -> None:
+    generation = run.of(Generating).generation
+    if run.by_signatures:
+        check_generation_by_rows(run.report, generation, run.tolerances, lambda rows: isolation.call(
+            teacher_forced_logits, str(run.artifact.path), rows, runtime=run.runner.runtime,
+            step="generating with the artifact", runner=run.runner))
+        run.report.verified = True
+    else:
+        check_generation(run.report, run.runner, generation, run.tolerances)
+
+
+CHECK = Check(
+    "generation",
+    on_source=(Step("reference_generation", _reference),),
+    on_artifact=(Step("generate", runs_the_artifact(_generate),
+                      message=lambda run: f"generating with the artifact: a prefill and {DECODE_STEPS} cached decode "
+                                          "steps",
+                      when=lambda run: run.active and run.of(Generating).generation is not None),),
+)

@@ -1,4 +1,4 @@
-"""Localising a red run, the model layer's part: which batch failed, the source traced op by op on
+"""The localisation check: where a red run first departs. Which batch failed, the source traced op by op on
 it (loaded again when the run had let it go), and the artifact layer's verifiers.localization run in a
 runtime worker of its own (the runner's keeps its session, and a runtime that crashes on the
 inspection models takes no later step with it). The report gets `divergence` and one line for
@@ -13,8 +13,11 @@ from collections.abc import Callable
 
 import numpy as np
 
+from exporter.checks.outputs import Outputs
+from exporter.checks.sizes import Sizes
 from exporter.frameworks import load_source
-from exporter.sources import Source
+from exporter.sources import InputSpec, Source, specs_of_tensors
+from exporter.verification import Check, Verification, runs_the_artifact
 from verifiers.errors import BadInput, ExportgateError, one_line
 from verifiers.localization.layouts import max_abs, scale
 from verifiers.formats import Artifact
@@ -22,10 +25,10 @@ from verifiers.judging import BEFORE_REWRITE, Comparison, artifact_feed
 from verifiers.quiet import quiet_exporter
 from verifiers.report import Finding, Report
 from verifiers.runtimes import isolation, runtime_for
-from verifiers.steps import Progress
+from verifiers.steps import Progress, Step
 
 # An artifact's precision (verifiers.precision's mode) -> the epsilon its ops round to; integer
-# artifacts are diagnosed layer by layer against a float twin instead (exporter.quantization).
+# artifacts are diagnosed layer by layer against a float twin instead (exporter.checks.quantization).
 EPSILONS = {"float": float(np.finfo(np.float32).eps), "fp16": float(np.finfo(np.float16).eps)}
 SAME_OUTPUTS_RTOL = 1e-6  # a source loaded again must give the outputs it gave (relative to their scale)
 
@@ -148,3 +151,25 @@ def _reload_differs(source: Source, feed: dict, outputs: list[np.ndarray]) -> st
             a.shape == b.shape and max_abs(a, b) <= SAME_OUTPUTS_RTOL * scale(b) for a, b in zip(again, outputs)):
         return "the source model gives other outputs when loaded again (random weights without a seed?)"
     return None
+
+
+def _localize(run: Verification) -> None:
+    runner = run.runner
+    runner.close()  # its memory goes first; its inputs, outputs and runtime are what is asked of it
+
+    def default_inputs() -> list[InputSpec]:  # for a source without input specs (verify)
+        return specs_of_tensors(runner.inputs)
+
+    localize(run.report, run.source, run.feeds, run.reference, run.of(Sizes).sized, run.artifact,
+             run.of(Outputs).comparison, run.progress, reload=lambda: reload_source(
+                 run.source.spec, run.input_specs, default_inputs, run.options["trust_source"], run.report.task))
+
+
+CHECK = Check(
+    "localization",
+    # Last of the checks: the artifact's runner goes first, its memory with it.
+    on_artifact=(Step("localize", runs_the_artifact(_localize), message=lambda run: "localising the divergence",
+                      when=lambda run: run.active and not run.by_signatures
+                      and wanted(run.options["localize"], run.report)),),
+    keeps_source=lambda run: bool(run.options["localize"]),  # its trace: a red run traces a source loaded again
+)
