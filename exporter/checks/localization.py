@@ -100,7 +100,7 @@ def localize(report: Report, source: Source, feeds: list[dict], reference: list,
     output_keys = {comparison.artifact_names[art]: trace.outputs[ref] for ref, art in comparison.pairs
                    if ref < len(trace.outputs)}
     try:
-        found = isolation.call(localize_artifact, artifact.format.name, artifact.path, trace,
+        found = isolation.call(localize_artifact, artifact.format, artifact.path, trace,
                                artifact_feed(runner, feed), runner_class, EPSILONS[mode], output_keys,
                                runtime=runner.runtime, step="localising the divergence")
     except Exception as exc:  # noqa: BLE001 - a diagnosis never changes the run's verdict

@@ -73,7 +73,7 @@ def diagnose_layers(report: Report, artifact: Artifact, float_model: Path, feeds
     step = "comparing the int8 artifact's layers with the float model's"
     progress(step)
     try:
-        diagnosis = isolation.call(layer_diagnosis, artifact.path, float_model, feeds, artifact.format.name,
+        diagnosis = isolation.call(layer_diagnosis, artifact.path, float_model, feeds, artifact.format,
                                    runtime_for(artifact.format.name, runner.runtime), runtime=runner.runtime,
                                    step=step, runner=runner)
     except isolation.RuntimeCrashed as exc:

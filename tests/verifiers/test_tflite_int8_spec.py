@@ -1,11 +1,11 @@
-"""verifiers.formats.tflite_int8_spec on a TFLiteConverter full-integer model (Conv2D,
+"""verifiers.formats.tflite.int8_spec on a TFLiteConverter full-integer model (Conv2D,
 DepthwiseConv2D, Dense, sigmoid) and on the same model with quantization parameters written into
 its flatbuffer; the per-axis quantization verifiers.tflite_model reads."""
 
 import pytest
 
 from fixtures import make_broken_int8 as mbi
-from verifiers.formats.tflite_int8_spec import int8_spec_violations
+from verifiers.formats.tflite.int8_spec import int8_spec_violations
 from verifiers.tflite_model import parse_tflite
 
 pytestmark = pytest.mark.filterwarnings("ignore:Statistics for quantized inputs were expected")

@@ -1,7 +1,9 @@
 """Artifact formats (ONNX, TFLite) behind one interface, found through a lazy registry.
 
-A format recognises its files, opens one into an `Artifact` (read once from disk; every step
-passes the same object along), and knows what the matrix says of its targets. An artifact lists
+A format is a package here (verifiers.formats.onnx, verifiers.formats.tflite). It recognises its
+files, opens one into an `Artifact` (read once from disk; every step passes the same object
+along), knows what the matrix says of its targets, reads its graph for localisation and runs an
+int8 artifact's layers against a float model's. An artifact lists
 its companion files, describes itself, gives its facts for the report, finds its GELU sites and
 checks itself against a target. A new format is one module here and one line in FORMATS.
 """
@@ -112,6 +114,16 @@ class ArtifactFormat:
 
     def headline(self, info: dict[str, Any]) -> list[str]:
         """The first lines `exportgate inspect` prints for `describe()`'s facts."""
+        raise NotImplementedError
+
+    def localization_graph(self, path: Path) -> Any:
+        """The artifact's graph as localisation reads and runs it (a
+        verifiers.localization.graph.ArtifactGraph)."""
+        raise NotImplementedError
+
+    def layer_errors(self, quantized: Path, float_model: Path | None, feeds: list[dict], runner_class: type) -> Any:
+        """An int8 artifact's quantized tensors against the float model's, both run by
+        `runner_class` (a verifiers.quantization.layers.LayerDiagnosis)."""
         raise NotImplementedError
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from verifiers.localization.align import DATA_MOVES, Anchor, admissible, align, dialect_of, module_paths, resolve_scope
-from verifiers.localization.graph import ArtifactGraph, open_graph
+from verifiers.localization.graph import ArtifactGraph
 from verifiers.localization.layouts import ValueIndex, max_abs, scale
 from verifiers.localization.trace import MOVES, SourceTrace
 from verifiers.naming import shown
@@ -113,14 +113,15 @@ class Divergence:
         return f"no divergence: {self.aligned} aligned tensor(s) agree with the source"
 
 
-def localize(fmt: str, path: Path, trace: SourceTrace, feed: dict[str, np.ndarray], runner_class,
+def localize(fmt, path: Path, trace: SourceTrace, feed: dict[str, np.ndarray], runner_class,
              epsilon: float = float(np.finfo(np.float32).eps), output_keys: dict[str, str] | None = None
              ) -> Divergence:
-    """The divergence of the artifact at `path` from its source on one batch (`feed`, under the
+    """The divergence of the artifact at `path` (of format `fmt`, a verifiers.formats ArtifactFormat)
+    from its source on one batch (`feed`, under the
     artifact's input names; `trace`, what the source computed on it; `output_keys`, the source
     tensor each artifact output was compared with). Runs where it is called: the API calls it in
     the artifact's runtime worker."""
-    graph = open_graph(fmt, path)
+    graph = fmt.localization_graph(path)
     plain = graph.run(feed, graph.computed_floats(), {}, runner_class)
     floats = graph.learn(plain)
     plain = {t: plain[t] for t in floats}

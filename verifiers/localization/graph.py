@@ -3,19 +3,16 @@ tensors between them, what the exporter recorded of the source (names, module sc
 lines), and two ways to run it in its runtime: with every tensor kept, and with chosen tensors
 replaced by given values (the source's) for the ops that read them.
 
-A format is one class in GRAPHS, found by format name (verifiers.localization.onnx_graph,
-verifiers.localization.tflite_graph); what it builds runs through its runtime's
-`Runner.run_inspection` (verifiers.runtimes).
+Each format's graph is in its package (verifiers.formats.onnx.localization,
+verifiers.formats.tflite.localization), made by its `ArtifactFormat.localization_graph`; what it
+builds runs through its runtime's `Runner.run_inspection` (verifiers.runtimes).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
-
-from verifiers.registry import LazyRegistry
 
 
 @dataclass(frozen=True)
@@ -103,13 +100,3 @@ class ArtifactGraph:
         """The tensors `keep` after one run on `feed`, with every op that reads a tensor of
         `replace` reading the value given there instead (the tensor itself is still computed)."""
         raise NotImplementedError
-
-
-GRAPHS: LazyRegistry[type[ArtifactGraph]] = LazyRegistry("localisation graph", {
-    "onnx": "verifiers.localization.onnx_graph:OnnxGraph",
-    "tflite": "verifiers.localization.tflite_graph:TfliteGraph",
-})
-
-
-def open_graph(fmt: str, path: Path) -> ArtifactGraph:
-    return GRAPHS[fmt](path)

@@ -12,7 +12,11 @@ import pytest
 from fixtures import make_broken_int8 as mbi
 from verifiers.errors import BadInput
 from verifiers.naming import shown
-from verifiers.quantization.layers import LAYER_DIAGNOSERS, diagnose_layers, first_collapse, float_from_qdq, layer_errors
+from verifiers.formats import FORMATS, ArtifactFormat, detect_format
+from verifiers.formats.onnx.layers import float_from_qdq
+from verifiers.quantization.layers import diagnose_layers, first_collapse, layer_errors
+
+ONNX, TFLITE = FORMATS["onnx"], FORMATS["tflite"]
 
 pytestmark = pytest.mark.filterwarnings("ignore:Statistics for quantized inputs were expected")
 
@@ -59,8 +63,9 @@ def _ruined_tflite(tflite_pair, tensor, factor):
     return path
 
 
-def test_the_formats_are_a_registry():
-    assert set(LAYER_DIAGNOSERS) == {"onnx", "tflite"}
+def test_every_format_runs_its_layers():
+    assert {name for name, fmt in FORMATS.items()
+            if type(fmt).layer_errors is not ArtifactFormat.layer_errors} == {"onnx", "tflite"}
 
 
 # ---- ONNX ----------------------------------------------------------------------------------------
@@ -68,7 +73,7 @@ def test_the_formats_are_a_registry():
 
 def test_a_faithful_qdq_model_has_no_collapse(onnx_pair, onnx_feeds):
     _, float_path, qdq_path = onnx_pair
-    diagnosis = diagnose_layers(qdq_path, float_path, onnx_feeds)
+    diagnosis = diagnose_layers(qdq_path, float_path, onnx_feeds, ONNX)
     by_name = {layer.tensor: layer for layer in diagnosis.layers}
     assert {"x", "relu1", "relu2", "pool", "flat", "logits", "w1", "w2", "w3", "b1"} <= set(by_name)
     assert by_name["relu1"].op_type == "Relu" and by_name["w2"].op_type == "initializer"
@@ -84,7 +89,7 @@ def test_a_faithful_qdq_model_has_no_collapse(onnx_pair, onnx_feeds):
 ])
 def test_one_ruined_scale_is_the_first_collapse(onnx_pair, onnx_feeds, initializer, factor, tensor):
     _, float_path, _ = onnx_pair
-    layers = layer_errors(_ruined_onnx(onnx_pair, initializer, factor), float_path, onnx_feeds)
+    layers = layer_errors(_ruined_onnx(onnx_pair, initializer, factor), float_path, onnx_feeds, ONNX)
     collapse = first_collapse(layers, MIN_SQNR_DB)
     assert collapse is not None and collapse.tensor == tensor
     assert collapse.sqnr_db < 10
@@ -98,11 +103,11 @@ def test_without_a_float_model_the_qdq_model_is_its_own_reference(onnx_pair, onn
     onnx.checker.check_model(rebuilt)
     assert not {node.op_type for node in rebuilt.graph.node} & {"QuantizeLinear", "DequantizeLinear"}
     assert [n.op_type for n in rebuilt.graph.node].count("Relu") >= 2  # the ReLUs quantize_static folded in
-    faithful = diagnose_layers(qdq_path, None, onnx_feeds)
+    faithful = diagnose_layers(qdq_path, None, onnx_feeds, ONNX)
     assert first_collapse(faithful.layers, MIN_SQNR_DB) is None
     assert all(layer.op_type != "initializer" for layer in faithful.layers)
     assert faithful.summary(MIN_SQNR_DB).endswith("float reference rebuilt from the QDQ model: weight rounding is not seen")
-    ruined = diagnose_layers(_ruined_onnx(onnx_pair, "relu1_scale", 100), None, onnx_feeds)
+    ruined = diagnose_layers(_ruined_onnx(onnx_pair, "relu1_scale", 100), None, onnx_feeds, ONNX)
     assert first_collapse(ruined.layers, MIN_SQNR_DB).tensor == "relu1_DequantizeLinear_Output"
 
 
@@ -111,7 +116,7 @@ def test_without_a_float_model_the_qdq_model_is_its_own_reference(onnx_pair, onn
 
 def test_a_faithful_int8_tflite_model_has_no_collapse(tflite_pair, tflite_feeds):
     _, float_path, int8_path = tflite_pair
-    diagnosis = diagnose_layers(int8_path, float_path, tflite_feeds)
+    diagnosis = diagnose_layers(int8_path, float_path, tflite_feeds, TFLITE)
     by_name = {layer.tensor: layer for layer in diagnosis.layers}
     content = int8_path.read_bytes()
     assert by_name["serving_default_image:0"].op_type == "input"  # the int8 input, quantized from the feeds
@@ -128,7 +133,7 @@ def test_a_faithful_int8_tflite_model_has_no_collapse(tflite_pair, tflite_feeds)
 def test_one_ruined_tflite_scale_is_the_first_collapse(tflite_pair, tflite_feeds, op_name, slot, factor):
     _, float_path, int8_path = tflite_pair
     tensor = mbi.op_tensor(int8_path.read_bytes(), op_name, slot)
-    diagnosis = diagnose_layers(_ruined_tflite(tflite_pair, tensor, factor), float_path, tflite_feeds)
+    diagnosis = diagnose_layers(_ruined_tflite(tflite_pair, tensor, factor), float_path, tflite_feeds, TFLITE)
     collapse = first_collapse(diagnosis.layers, MIN_SQNR_DB)
     assert collapse is not None and collapse.tensor == tensor
     worst = diagnosis.layers[0]
@@ -139,7 +144,7 @@ def test_one_ruined_tflite_scale_is_the_first_collapse(tflite_pair, tflite_feeds
 def test_what_cannot_be_diagnosed_is_one_bad_input(tflite_pair, tflite_feeds, tmp_path):
     _, _, int8_path = tflite_pair
     with pytest.raises(BadInput, match="needs its float model"):
-        layer_errors(int8_path, None, tflite_feeds)
+        layer_errors(int8_path, None, tflite_feeds, TFLITE)
     (tmp_path / "model.pt").write_bytes(b"PK\x03\x04 a torch checkpoint")
     with pytest.raises(BadInput, match="neither an ONNX nor a TFLite file"):
-        layer_errors(tmp_path / "model.pt", None, tflite_feeds)
+        layer_errors(tmp_path / "model.pt", None, tflite_feeds, detect_format(tmp_path / "model.pt"))

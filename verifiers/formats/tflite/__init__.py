@@ -9,17 +9,13 @@ dtypes and the integer-device facts (verifiers.precision) against the matrix ent
 from __future__ import annotations
 
 from functools import cached_property
+from pathlib import Path
 from typing import Any, Callable
 
 from verifiers.errors import BadInput
 from verifiers.formats import Artifact, ArtifactFormat
-from verifiers.precision import (
-    Precision,
-    integer_device_incompatibilities,
-    tflite_activation_shapes,
-    tflite_dynamic_axes,
-    tflite_precision,
-)
+from verifiers.formats.tflite.precision import tflite_activation_shapes, tflite_dynamic_axes, tflite_precision
+from verifiers.precision import Precision, integer_device_incompatibilities
 from verifiers.target_facts import (
     Hits,
     Incompatibility,
@@ -45,6 +41,9 @@ from verifiers.tflite_model import (
 )
 from verifiers.tflite_runtime_versions import RUNTIME_VERSIONS, version_key
 
+
+# What writes a full-integer artifact for an integer-only target: an integer device takes int8 inputs and outputs.
+INTEGER_FIX = "--quantize int8 --io int8"
 
 class TfliteArtifact(Artifact):
     @cached_property
@@ -77,7 +76,7 @@ class TfliteArtifact(Artifact):
         return tflite_precision(self.model, _tflite_labels(self.model)[0])
 
     def int8_spec_violations(self) -> list:
-        from verifiers.formats.tflite_int8_spec import int8_spec_violations
+        from verifiers.formats.tflite.int8_spec import int8_spec_violations
 
         return int8_spec_violations(self.model)
 
@@ -116,6 +115,16 @@ class TfliteFormat(ArtifactFormat):
         if len(signatures) > 1:  # an LLM's prefill and decode: the inputs and outputs below are the first's
             lines.append(f"signatures: {', '.join(signatures)} (inputs and outputs of {signatures[0]})")
         return lines
+
+    def localization_graph(self, path: Path) -> Any:
+        from verifiers.formats.tflite.localization import TfliteGraph
+
+        return TfliteGraph(path)
+
+    def layer_errors(self, quantized: Path, float_model: Path | None, feeds: list[dict], runner_class: type) -> Any:
+        from verifiers.formats.tflite.layers import tflite_layer_errors
+
+        return tflite_layer_errors(quantized, float_model, feeds, runner_class)
 
 
 # ---- target checks ---------------------------------------------------------------------------------
@@ -206,7 +215,7 @@ def _check_tflite(model: TFLiteModel, target: Target) -> list[Incompatibility]:
                    for oc in [model.opcode(op)] if not oc.custom]  # custom and Flex ops: flagged above
     out.extend(integer_device_incompatibilities(
         target, tflite_precision(model, labels) if target.integer_only else None, tflite_dynamic_axes(model),
-        builtin_ops, tflite_activation_shapes(model)))
+        builtin_ops, INTEGER_FIX, tflite_activation_shapes(model)))
     return out
 
 

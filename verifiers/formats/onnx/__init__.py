@@ -9,6 +9,7 @@ the GELU spellings, com.microsoft ops, op gaps, dtypes and the integer-device fa
 from __future__ import annotations
 
 from functools import cached_property
+from pathlib import Path
 from typing import Any, Callable
 
 import onnx
@@ -31,13 +32,8 @@ from verifiers.onnx_model import (
     relocate_external_data,
     Structure,
 )
-from verifiers.precision import (
-    Precision,
-    integer_device_incompatibilities,
-    onnx_dynamic_axes,
-    onnx_node_labels,
-    onnx_precision,
-)
+from verifiers.formats.onnx.precision import onnx_dynamic_axes, onnx_node_labels, onnx_precision
+from verifiers.precision import Precision, integer_device_incompatibilities
 from verifiers.target_facts import (
     Hits,
     Incompatibility,
@@ -54,6 +50,8 @@ from verifiers.target_facts import (
 from verifiers.targets import OpGap, Target
 
 MS_DOMAIN = "com.microsoft"
+# What writes a full-integer artifact for an integer-only target: a QDQ model keeps float inputs and outputs.
+INTEGER_FIX = "--quantize int8"
 # The com.microsoft ops a contrib_gelu: true target runs: those the catalogue says claim a GELU flavour.
 CONTRIB_GELU_OPS = tuple(claim.op.removeprefix(f"{MS_DOMAIN}.") for f in FLAVOURS.values() for claim in f.claims
                          if claim.framework == ONNX and claim.op.startswith(f"{MS_DOMAIN}."))
@@ -145,6 +143,16 @@ class OnnxFormat(ArtifactFormat):
         return [f"{info['path']}: onnx, opset {info['opset']}, producer {info['producer'] or '?'}",
                 "opset imports: " + ", ".join(f"{d} {v}" for d, v in info["opset_imports"].items())]
 
+    def localization_graph(self, path: Path) -> Any:
+        from verifiers.formats.onnx.localization import OnnxGraph
+
+        return OnnxGraph(path)
+
+    def layer_errors(self, quantized: Path, float_model: Path | None, feeds: list[dict], runner_class: type) -> Any:
+        from verifiers.formats.onnx.layers import onnx_layer_errors
+
+        return onnx_layer_errors(quantized, float_model, feeds, runner_class)
+
 
 # ---- target checks ---------------------------------------------------------------------------------
 
@@ -223,7 +231,7 @@ def _check_onnx(model: onnx.ModelProto, target: Target) -> list[Incompatibility]
             {name: onnx_dtype_name(t) for name, t in types.items()}, target, "tensor"))
     out.extend(integer_device_incompatibilities(
         target, onnx_precision(model) if target.integer_only else None, onnx_dynamic_axes(model),
-        [(op_name(node), label) for node, label in onnx_node_labels(model)]))
+        [(op_name(node), label) for node, label in onnx_node_labels(model)], INTEGER_FIX))
     return out
 
 
