@@ -48,8 +48,8 @@ def main() -> None:
     sys.path.insert(0, str(REPO))
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run([sys.executable, "-c", BUILD, tmp], cwd=REPO, check=True, capture_output=True)
-        from verifiers.gelu.inventory import onnx_inventory
-        from verifiers.gelu.inventory import tflite_inventory
+        from verifiers.formats.onnx.gelu_inventory import onnx_inventory
+        from verifiers.formats.tflite.gelu_inventory import tflite_inventory
         from verifiers.onnx_model import describe as describe_onnx
         from verifiers.onnx_model import load_structure
         from verifiers.tflite_model import describe as describe_tflite

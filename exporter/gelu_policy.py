@@ -61,7 +61,7 @@ def _onnx(path: Path, policy: str, target: Target | None) -> PolicyOutcome:
         fuse_gelu_chains,
         replace_site,
     )
-    from verifiers.gelu.onnx_sites import find_gelu_sites
+    from verifiers.formats.onnx.gelu_sites import find_gelu_sites
     from verifiers.onnx_model import default_opset, load_structure
 
     opset = default_opset(load_structure(path).model) or 0

@@ -5,7 +5,7 @@ Three rewrites, each on the top-level graph only, each returning a new model (th
 never mutated), both keeping the model valid (`onnx.checker.check_model(full_check=True)`):
 
   replace_site(model, site, flavour)
-      matches  one GELU site as `verifiers.gelu.find_gelu_sites` reports it: its nodes, reading
+      matches  one GELU site as `verifiers.formats.onnx.gelu_sites.find_gelu_sites` reports it: its nodes, reading
                `site.input` and writing `site.output` (a fused node's bias input included);
       writes   a fresh implementation of `flavour` from site.input to site.output, where the
                site's first node stood; the site's nodes go, and so do the Constant nodes and
@@ -20,7 +20,7 @@ never mutated), both keeping the model valid (`onnx.checker.check_model(full_che
       writes   one Gelu(approximate='none' | 'tanh') in its place (opset 20+).
 
 The forms each flavour is written in (`FORMS`, `CONSTANTS`) and `replace_site` live in
-verifiers.gelu.onnx_writer, next to the catalogue they read: the guard writes variants with them too.
+verifiers.formats.onnx.gelu_writer, next to the catalogue they read: the guard writes variants with them too.
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ from __future__ import annotations
 import onnx
 
 from verifiers.gelu.catalogue import FLAVOURS, GELU_OP, PRIMITIVES, Site, gelu20_flavour
-from verifiers.gelu.fingerprint import fingerprint_sites
+from verifiers.formats.onnx.gelu_fingerprint import fingerprint_sites
 from verifiers.onnx_model import node_attrs, node_label
-from verifiers.gelu.onnx_sites import find_gelu_sites
-from verifiers.gelu.onnx_writer import (
+from verifiers.formats.onnx.gelu_sites import find_gelu_sites
+from verifiers.formats.onnx.gelu_writer import (
     CONSTANTS,
     ERF_FREE,
     FORMS,

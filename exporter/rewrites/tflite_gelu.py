@@ -10,9 +10,9 @@
                                     GELU with erf written as Abramowitz & Stegun 7.1.26 without
                                     SIGN (DIV/RELU/NEG/MUL/ADD/EXP/SUB; SIGN needs runtime 2.11):
                                     erf(z) = q(relu(-z)) - q(relu(z)), see
-                                    verifiers.gelu.onnx_writer._exact_erf_free.
+                                    verifiers.formats.onnx.gelu_writer._exact_erf_free.
                Each flavour's `no_erf_form` in the catalogue (tanh/primitives, exact/erf_free),
-               written by the same functions as verifiers.gelu.onnx_writer.FORMS. Every new op is version 1 of a
+               written by the same functions as verifiers.formats.onnx.gelu_writer.FORMS. Every new op is version 1 of a
                builtin that TFLite 1.x/2.x runtimes have had since before 2.0 (MUL, ADD, SUB,
                DIV, TANH, EXP, NEG, RELU); constants are new scalar float32 tensors with their
                own buffers, shared by the sites of a subgraph.
@@ -33,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from verifiers.gelu.catalogue import TANH, TFLITE, claim_for, claimed_by, flavour
-from verifiers.gelu.onnx_writer import CONSTANTS, FORMS
+from verifiers.formats.onnx.gelu_writer import CONSTANTS, FORMS
 from verifiers.tflite_model import (
     MIN_RUNTIME_VERSION_KEY,
     builtin_name,

@@ -91,7 +91,7 @@ def test_onnx2tf_artifacts(tmp_path, onnx2tf, name, flavour):
 def test_keras_hub_artifact_with_a_changed_gelu_is_exit_3(tmp_path, keras_hub_path, name):
     # keras-hub backbones take a dict of inputs in unsorted key order; the guard reads them by name.
     from exporter.rewrites.onnx_gelu import replace_site
-    from verifiers.gelu.onnx_sites import find_gelu_sites
+    from verifiers.formats.onnx.gelu_sites import find_gelu_sites
 
     exported = api.export(f"{KERAS}:{name}", to="onnx", opset=17, out=tmp_path / "m.onnx")
     assert exported.exit_code == 0 and exported.gelu_guard == "checked", exported.summary_lines()

@@ -13,8 +13,8 @@ from exporter.sources import make_batches
 from fixtures.models.hf_models import __file__ as HF_MODELS
 from verifiers.errors import BadInput
 from verifiers.formats import measured_sites
-from verifiers.gelu.onnx_normalize import split_duplicate_gemms
-from verifiers.gelu.sensitivity import swapped_variant
+from verifiers.formats.onnx.gelu_normalize import split_duplicate_gemms
+from verifiers.formats.onnx.gelu_sensitivity import swapped_variant
 from verifiers.onnx_model import INLINE_WEIGHT_MIN_BYTES, load_structure
 
 BERT = f"{HF_MODELS}:bert"

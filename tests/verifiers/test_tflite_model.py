@@ -162,7 +162,7 @@ _FUZZ = textwrap.dedent("""
     import random, sys
     from verifiers.errors import BadInput
     from verifiers.tflite_model import parse_tflite, describe
-    from verifiers.gelu.inventory import tflite_inventory
+    from verifiers.formats.tflite.gelu_inventory import tflite_inventory
     content = open(sys.argv[1], "rb").read()
     loaded = bad = 0
     for seed in range(int(sys.argv[2])):
@@ -197,7 +197,7 @@ def test_reading_imports_neither_tensorflow_nor_torch(files):
     code = textwrap.dedent(f"""
         import sys
         from verifiers.tflite_model import describe
-        from verifiers.gelu.inventory import tflite_inventory
+        from verifiers.formats.tflite.gelu_inventory import tflite_inventory
         describe({str(files['two_gelu_faithful'])!r})
         assert [e.flavour for e in tflite_inventory({str(files['two_gelu_faithful'])!r})] == ["exact", "exact"]
         heavy = sorted(m for m in ("tensorflow", "torch", "keras") if m in sys.modules)

@@ -1,8 +1,10 @@
-"""GELU flavours: the shared catalogue, site finders (ONNX, PyTorch, Keras) and the ONNX site fingerprint.
+"""GELU flavours, whatever the format: the shared catalogue, the classification of measured
+outputs, the neutral-graph chain matching, the verdict, and the source's site finders (PyTorch,
+Keras). An artifact's sites are found, measured and rewritten by its format's package
+(verifiers.formats.onnx, verifiers.formats.tflite: gelu_sites, gelu_fingerprint, gelu_inventory).
 
-Names load on first use (the catalogue needs only the standard library; the finders and the
-fingerprint bring numpy, onnx and onnxruntime). The PyTorch and Keras finders import torch /
-tensorflow only when called.
+Names load on first use (the catalogue needs only the standard library). The PyTorch and Keras
+finders import torch / tensorflow only when called.
 """
 
 from __future__ import annotations
@@ -13,9 +15,7 @@ _EXPORTS = {
     "catalogue": ("EXACT", "FLAVOURS", "IDENTITY", "INV_SQRT_2", "QUICK", "QUICK_ALPHA", "RELU", "SQRT_2_OVER_PI",
                   "TANH", "TANH_CUBIC_COEFF", "UNKNOWN", "Flavour", "Site"),
     "classification": ("PROBES", "Classification", "classify"),
-    "fingerprint": ("Fingerprint", "fingerprint_site", "fingerprint_sites"),
     "keras_sites": ("find_keras_relu_sites", "find_keras_sites"),
-    "onnx_sites": ("find_gelu_sites", "find_relu_sites"),
     "torch_sites": ("find_torch_relu_sites", "find_torch_sites"),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}

@@ -2,7 +2,7 @@
 
 A record holds what exportgate knows about a flavour: its name, the constants its formula is
 written with, its float64 reference curve, the writer forms that write it
-(`verifiers.gelu.onnx_writer`, which the ONNX and TFLite rewrites run), the `approximate` value of
+(`verifiers.formats.onnx.gelu_writer`, which the ONNX and TFLite rewrites run), the `approximate` value of
 the ONNX Gelu-20 node that computes it (None when Gelu-20 cannot express it), and the fused or
 framework ops that claim it (`Claim`: com.microsoft ops, the TFLite GELU builtin's approximate
 flag, torch's aten.gelu approximate value, Keras' approximate flag). Lookups: `flavour(name)`,
@@ -40,7 +40,7 @@ ACTIVATION = "activation"  # another activation a GELU may turn into (a site of 
 REMOVED = "removed"  # no activation at all
 UNCATALOGUED = "uncatalogued"  # GELU-shaped, but no flavour of the catalogue
 
-# Writer forms (verifiers.gelu.onnx_writer.FORMS is keyed (flavour, form)).
+# Writer forms (verifiers.formats.onnx.gelu_writer.FORMS is keyed (flavour, form)).
 PRIMITIVES = "primitives"  # default-domain elementwise ops, opset 13+
 GELU_OP = "gelu_op"  # one Gelu-20 node with the flavour's approximate attribute, opset 20+
 ERF_FREE = "erf_free"  # primitives without Erf (erf as Abramowitz & Stegun 7.1.26)

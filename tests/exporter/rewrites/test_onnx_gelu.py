@@ -11,18 +11,9 @@ from onnx import TensorProto, helper, numpy_helper, version_converter
 
 from exporter.rewrites import CONSTANTS, decompose_gelu_ops, replace_site
 from fixtures.models import torch_models
-from verifiers.gelu import (
-    EXACT,
-    IDENTITY,
-    QUICK,
-    RELU,
-    TANH,
-    UNKNOWN,
-    Site,
-    find_gelu_sites,
-    find_relu_sites,
-    fingerprint_sites,
-)
+from verifiers.gelu import EXACT, IDENTITY, QUICK, RELU, TANH, UNKNOWN, Site
+from verifiers.formats.onnx.gelu_sites import find_gelu_sites, find_relu_sites
+from verifiers.formats.onnx.gelu_fingerprint import fingerprint_sites
 
 # (exporter, opset): the TorchScript exporter writes chains at 17 and Gelu at 20; dynamo at 18
 # writes chains with constants as initializers and its weights as external data.

@@ -21,18 +21,13 @@ from exporter.rewrites import (
     replace_site,
 )
 from fixtures.models import torch_models
-from verifiers.gelu import (
-    EXACT,
-    TANH,
-    UNKNOWN,
-    find_gelu_sites,
-    find_relu_sites,
-    fingerprint_sites,
-)
+from verifiers.gelu import EXACT, TANH, UNKNOWN
+from verifiers.formats.onnx.gelu_sites import find_gelu_sites, find_relu_sites
+from verifiers.formats.onnx.gelu_fingerprint import fingerprint_sites
 from verifiers.gelu.catalogue import exact
 from verifiers.gelu.chains import find_erf_units
-from verifiers.gelu.inventory import onnx_inventory
-from verifiers.gelu.onnx_sites import _chain_graph
+from verifiers.formats.onnx.gelu_inventory import onnx_inventory
+from verifiers.formats.onnx.gelu_sites import _chain_graph
 
 ERF_FREE_OPS = {"Div", "Relu", "Neg", "Mul", "Add", "Exp", "Sub"}
 GRID = np.linspace(-10.0, 10.0, 200001)

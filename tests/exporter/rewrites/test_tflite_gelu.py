@@ -9,8 +9,8 @@ import pytest
 from exporter.rewrites import lower_gelu_ops
 from fixtures import make_broken_tflite as mbt
 from verifiers.gelu import EXACT, TANH
-from verifiers.gelu.inventory import tflite_inventory
-from verifiers.gelu.tflite_sites import (
+from verifiers.formats.tflite.gelu_inventory import tflite_inventory
+from verifiers.formats.tflite.gelu_sites import (
     find_tflite_relu_sites,
     find_tflite_sites,
     tflite_activation_sites,

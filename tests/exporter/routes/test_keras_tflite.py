@@ -12,7 +12,7 @@ from exporter.sources import make_batches
 from verifiers.sizes import DynamicAxis
 from fixtures.specs import keras_model
 from verifiers.gelu.catalogue import TANH
-from verifiers.gelu.tflite_sites import find_tflite_sites
+from verifiers.formats.tflite.gelu_sites import find_tflite_sites
 from verifiers.runtimes import runtime_for
 from verifiers.runtimes.litert_runner import LiteRtRunner
 from verifiers.tflite_model import load_tflite

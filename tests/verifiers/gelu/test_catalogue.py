@@ -174,7 +174,7 @@ def test_a_faithful_tail_passes_in_float32_and_float16():
 
 def test_one_record_per_flavour_says_how_it_is_written_and_claimed():
     from verifiers.gelu.catalogue import claim_for, claimed_by, flavour, gelu20_flavour
-    from verifiers.gelu.onnx_writer import CONSTANTS, FORMS
+    from verifiers.formats.onnx.gelu_writer import CONSTANTS, FORMS
 
     assert {(f.name, form) for f in FLAVOURS.values() for form in f.forms} == set(FORMS)
     assert {f.name: f.gelu20_approximate for f in FLAVOURS.values() if f.gelu20_approximate} == {

@@ -6,19 +6,12 @@ import pytest
 from onnx import TensorProto, helper
 from onnxruntime.transformers.float16 import convert_float_to_float16
 
-from verifiers.gelu import (
-    EXACT,
-    QUICK,
-    RELU,
-    TANH,
-    UNKNOWN,
-    find_gelu_sites,
-    find_relu_sites,
-    fingerprint_sites,
-)
+from verifiers.gelu import EXACT, QUICK, RELU, TANH, UNKNOWN
+from verifiers.formats.onnx.gelu_sites import find_gelu_sites, find_relu_sites
+from verifiers.formats.onnx.gelu_fingerprint import fingerprint_sites
 from exporter import api
 from fixtures.specs import torch_model
-from verifiers.gelu.fingerprint import probe_model
+from verifiers.formats.onnx.gelu_fingerprint import probe_model
 
 
 def measure(model):

@@ -17,7 +17,8 @@ from verifiers.gelu import EXACT, QUICK, RELU, TANH
 from verifiers.gelu.catalogue import Site
 from verifiers.gelu.site_flavour import SiteFlavour
 from verifiers.gelu.int8 import Int8Grid, classify_table
-from verifiers.gelu.inventory import onnx_inventory, tflite_inventory
+from verifiers.formats.onnx.gelu_inventory import onnx_inventory
+from verifiers.formats.tflite.gelu_inventory import tflite_inventory
 from verifiers.gelu.verdict import CHANGED, INDISTINGUISHABLE, KEPT, judge
 
 EXACT_TANH_GAP = 4.73e-4  # max |exact - tanh| (x = +-2.70)

@@ -10,15 +10,8 @@ import transformers
 from onnx import helper
 from onnxruntime.transformers.float16 import convert_float_to_float16
 
-from verifiers.gelu import (
-    EXACT,
-    QUICK,
-    RELU,
-    TANH,
-    UNKNOWN,
-    find_gelu_sites,
-    find_relu_sites,
-)
+from verifiers.gelu import EXACT, QUICK, RELU, TANH, UNKNOWN
+from verifiers.formats.onnx.gelu_sites import find_gelu_sites, find_relu_sites
 
 OPSETS = [13, 17, 18, 20]
 EXPORTERS = [pytest.param(False, id="torchscript"), pytest.param(True, id="dynamo")]

@@ -12,7 +12,7 @@ from onnx import TensorProto, helper
 
 from exporter import api
 from fixtures.specs import torch_model
-from verifiers.gelu.inventory import onnx_inventory
+from verifiers.formats.onnx.gelu_inventory import onnx_inventory
 
 with warnings.catch_warnings(), np.errstate(all="ignore"):
     warnings.simplefilter("ignore")  # the generator computes every operator's cases, some overflow

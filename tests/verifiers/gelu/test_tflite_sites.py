@@ -13,13 +13,13 @@ import torch.nn.functional as F
 from fixtures import make_broken_tflite as mbt
 from verifiers.gelu import EXACT, QUICK, RELU, TANH
 from verifiers.gelu.classification import FLOAT32_TOLERANCE, classify, probe_inputs
-from verifiers.gelu.inventory import tflite_inventory
-from verifiers.gelu.tflite_fingerprint import (
+from verifiers.formats.tflite.gelu_inventory import tflite_inventory
+from verifiers.formats.tflite.gelu_fingerprint import (
     fingerprint_sites,
     probe_model,
     run_probe,
 )
-from verifiers.gelu.tflite_sites import (
+from verifiers.formats.tflite.gelu_sites import (
     find_erf_units,
     find_tflite_relu_sites,
     find_tflite_sites,

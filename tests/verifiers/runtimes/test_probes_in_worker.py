@@ -4,7 +4,9 @@ before the runtime is known, is taken by the first runtime that needs one under 
 import onnx
 from onnx import TensorProto, helper
 
-from verifiers.gelu import EXACT, find_gelu_sites, fingerprint_sites
+from verifiers.gelu import EXACT
+from verifiers.formats.onnx.gelu_sites import find_gelu_sites
+from verifiers.formats.onnx.gelu_fingerprint import fingerprint_sites
 from verifiers.runtimes import runtime_for
 from verifiers.runtimes import isolation
 

@@ -91,7 +91,7 @@ class OnnxArtifact(Artifact):
         return malformed_onnx_is_bad_input(self.path, constant_shapes, self.model)
 
     def activation_sites(self, runner: type | None = None) -> list:
-        from verifiers.gelu.inventory import onnx_inventory
+        from verifiers.formats.onnx.gelu_inventory import onnx_inventory
 
         return malformed_onnx_is_bad_input(self.path, onnx_inventory, self.model, runner)
 
@@ -104,8 +104,8 @@ class OnnxArtifact(Artifact):
     def gelu_swapped(self, sites: list) -> bytes | None:
         """The variant's graph; its weights stay where the artifact's lie (its data files, or the
         artifact file itself, at the offsets the structure marks), for the runtime to read."""
-        from verifiers.gelu.onnx_normalize import split_duplicate_gemms
-        from verifiers.gelu.sensitivity import swapped_variant
+        from verifiers.formats.onnx.gelu_normalize import split_duplicate_gemms
+        from verifiers.formats.onnx.gelu_sensitivity import swapped_variant
 
         variant = swapped_variant(split_duplicate_gemms(self.model), sites)
         return None if variant is None else variant.SerializeToString()
@@ -159,7 +159,7 @@ class OnnxFormat(ArtifactFormat):
 
 def _onnx_sites(model: onnx.ModelProto) -> dict[str, Any]:
     """node label -> GELU site (top-level graph); empty when the matcher cannot read the graph."""
-    from verifiers.gelu.onnx_sites import find_gelu_sites
+    from verifiers.formats.onnx.gelu_sites import find_gelu_sites
 
     try:
         sites = find_gelu_sites(model)

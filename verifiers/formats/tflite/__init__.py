@@ -68,7 +68,7 @@ class TfliteArtifact(Artifact):
                                 "versions (the file carries no metadata)")
 
     def activation_sites(self, runner: type | None = None) -> list:
-        from verifiers.gelu.inventory import tflite_inventory
+        from verifiers.formats.tflite.gelu_inventory import tflite_inventory
 
         return tflite_inventory(self.model, runner)
 
@@ -132,7 +132,7 @@ class TfliteFormat(ArtifactFormat):
 
 def _tflite_labels(model) -> tuple[list[list[str]], dict[tuple[int, int], Any]]:
     """Per subgraph, a label per op; and (subgraph, op) -> GELU site for subgraph 0."""
-    from verifiers.gelu.tflite_sites import SUBGRAPH, find_tflite_sites, read_graph
+    from verifiers.formats.tflite.gelu_sites import SUBGRAPH, find_tflite_sites, read_graph
 
     labels = [[f"subgraph {g} op {i}" for i in range(len(sg.operators))] for g, sg in enumerate(model.subgraphs)]
     site_of: dict[tuple[int, int], Any] = {}

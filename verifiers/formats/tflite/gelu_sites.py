@@ -11,7 +11,7 @@ TFLite has no ERF builtin. litert-torch lowers torch.erf to a clamp and a ration
 z -> MINIMUM(z, 4) -> MAXIMUM(., -4) = c, s = c*c, c*P(s) / Q(s) by Horner (MUL/ADD with scalar
 constants), the DIV with fused RELU_N1_TO_1 (a neutral Div then Clip to [-1, 1]). exportgate's
 lowering writes erf as the sign-free Abramowitz & Stegun form (RELU/NEG/MUL/ADD/DIV/EXP/SUB: see
-verifiers/gelu/onnx_writer.py). Both are found by the shared recognizer, `chains.find_erf_units`,
+verifiers/formats/onnx/gelu_writer.py). Both are found by the shared recognizer, `chains.find_erf_units`,
 which makes each one neutral "Erf" node, so the shared erf-chain matcher claims
 0.5*x*(1+erf(x/sqrt2)) around it; a unit's RELU ops are no ReLU sites.
 
@@ -29,9 +29,9 @@ import numpy as np
 
 from verifiers.tflite_model import TFLiteModel, as_model, tflite_op_labels, unique_labels
 
-from . import chains
-from .chain_graph import ChainGraph, OpNode
-from .catalogue import RELU, SILU, TFLITE, Site, claimed_by
+from verifiers.gelu import chains
+from verifiers.gelu.chain_graph import ChainGraph, OpNode
+from verifiers.gelu.catalogue import RELU, SILU, TFLITE, Site, claimed_by
 
 SUBGRAPH = 0
 

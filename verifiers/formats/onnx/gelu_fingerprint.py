@@ -21,11 +21,11 @@ from verifiers.onnx_model import elem_types, iter_nodes, with_imported_domains
 from verifiers.runtimes import ProbeFailed, Runner, runtime_for
 from verifiers.runtimes.isolation import counted
 
-from .catalogue import UNKNOWN, Site
-from .classification import FLOAT16_TOLERANCE, FLOAT32_TOLERANCE, Classification, classify, probe_inputs
-from .int8 import Int8Grid
+from verifiers.gelu.catalogue import UNKNOWN, Site
+from verifiers.gelu.classification import FLOAT16_TOLERANCE, FLOAT32_TOLERANCE, Classification, classify, probe_inputs
+from verifiers.gelu.int8 import Int8Grid
 from verifiers.onnx_model import node_label
-from .onnx_sites import scalar_constants
+from verifiers.formats.onnx.gelu_sites import scalar_constants
 
 # Element types a site can be probed in, with the match tolerance for its outputs.
 _PROBE_TYPES = {

@@ -16,7 +16,7 @@ from onnx import helper, numpy_helper
 
 from verifiers.onnx_model import DEFAULT_DOMAINS
 
-from .int8 import RANGES, Int8Grid
+from verifiers.gelu.int8 import RANGES, Int8Grid
 from verifiers.onnx_model import node_attrs
 
 

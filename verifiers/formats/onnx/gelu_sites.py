@@ -20,11 +20,11 @@ import onnx
 
 from verifiers.onnx_model import DEFAULT_DOMAINS, iter_graphs, iter_nodes
 
-from . import chains
-from .chain_graph import ChainGraph, Match, OpNode, close, sigmoid_claim
-from .catalogue import ONNX, QUICK, QUICK_ALPHA, Site, claimed_by
+from verifiers.gelu import chains
+from verifiers.gelu.chain_graph import ChainGraph, Match, OpNode, close, sigmoid_claim
+from verifiers.gelu.catalogue import ONNX, QUICK, QUICK_ALPHA, Site, claimed_by
 from verifiers.onnx_model import constant_scalar, node_attrs, node_label, op_name, tensor_value
-from .regions import ELEMENTWISE, evaluate
+from verifiers.gelu.regions import ELEMENTWISE, evaluate
 
 
 def _fold(node: onnx.NodeProto, out: dict[str, np.ndarray]) -> np.ndarray | None:

@@ -27,10 +27,10 @@ from verifiers.runtimes import Runner, runtime_for
 from verifiers.runtimes.isolation import counted
 from verifiers.tflite_model import TFLiteModel, as_model, pack, schema
 
-from .catalogue import UNKNOWN, Site
-from .classification import FLOAT32_TOLERANCE, Classification, classify, probe_inputs
-from .int8 import RANGES, Int8Grid, classify_table
-from .tflite_sites import SUBGRAPH, TFLiteGraph, read_graph
+from verifiers.gelu.catalogue import UNKNOWN, Site
+from verifiers.gelu.classification import FLOAT32_TOLERANCE, Classification, classify, probe_inputs
+from verifiers.gelu.int8 import RANGES, Int8Grid, classify_table
+from verifiers.formats.tflite.gelu_sites import SUBGRAPH, TFLiteGraph, read_graph
 
 FLOAT32 = 0  # TensorType
 

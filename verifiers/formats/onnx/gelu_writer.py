@@ -45,7 +45,7 @@ from onnx import helper
 
 from verifiers.onnx_model import DEFAULT_DOMAINS, default_opset, elem_types
 
-from .catalogue import (
+from verifiers.gelu.catalogue import (
     ERF_FREE,
     EXACT,
     FLAVOURS,
@@ -370,7 +370,7 @@ def replace_site(
 ) -> onnx.ModelProto:
     """A copy of `model` where `site` computes `flavour`, written as `form` (see FORMS).
 
-    site: a Site of this model (verifiers.gelu.find_gelu_sites, or find_relu_sites).
+    site: a Site of this model (verifiers.formats.onnx.gelu_sites.find_gelu_sites, or find_relu_sites).
     flavour: a catalogued flavour with writer forms (exact, tanh, quick, relu, identity). form: one
     of its record's forms: "primitives" (default), "gelu_op" (the flavours Gelu-20 expresses; needs
     default opset >= 20) or "erf_free" (exact). opset: the default-domain opset the

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import onnx
 
-from .catalogue import EXACT, TANH
-from .site_flavour import SiteFlavour
-from .onnx_writer import replace_sites
+from verifiers.gelu.catalogue import EXACT, TANH
+from verifiers.gelu.site_flavour import SiteFlavour
+from verifiers.formats.onnx.gelu_writer import replace_sites
 
 SWAPPED = {EXACT: TANH, TANH: EXACT}
 
