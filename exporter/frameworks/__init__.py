@@ -17,7 +17,7 @@ from typing import Any, Callable
 import numpy as np
 
 from exporter.source_files import recording
-from exporter.sources import InputSpec, Source, apply_input_specs
+from exporter.sources import InputSpec, Source, apply_input_specs, set_aside_imported_objects
 from verifiers.errors import BadInput, MissingFramework, raised
 from verifiers.registry import LazyRegistry
 
@@ -132,6 +132,7 @@ def load_source(
     """
     for framework in FRAMEWORKS.values():
         framework.prepare()  # before a user's file imports the framework
+    set_aside_imported_objects()
     input_specs = list(input_specs or [])
     from exporter.model_folders import is_model_folder
 

@@ -70,13 +70,25 @@ def _forget_matched_graphs() -> None:
     """Let go of the exported graph once it is on disk. onnxscript's rewrite rules, which torch.onnx
     optimizes with, are module-level objects whose matchers keep the last graph and match they saw,
     and through them every parameter of the model (also those the optimizer folded into new
-    constants): a released source would stay in memory beside the artifact's runtime."""
-    import gc
+    constants): a released source would stay in memory beside the artifact's runtime. The rules
+    are found where they are declared, the globals of onnxscript's and torch.onnx's modules (alone
+    or in rule sets, lists and tuples), not by walking every object the collector tracks: that
+    walk would miss what the collector has set aside (exporter.sources.set_aside_imported_objects)."""
+    from onnxscript.rewriter import _matcher, _rewrite_rule
 
-    from onnxscript.rewriter import _matcher
+    def matchers(value, depth=0):
+        if isinstance(value, _rewrite_rule.RewriteRuleSet):
+            for rule in value.rules:
+                yield from matchers(rule, depth)
+        elif isinstance(value, (list, tuple)) and depth < 2:
+            for item in value:
+                yield from matchers(item, depth + 1)
+        elif isinstance(getattr(value, "_matcher", None), _matcher.PatternMatcher):
+            yield value._matcher
 
-    for matcher in gc.get_objects():
-        if isinstance(matcher, _matcher.PatternMatcher) and hasattr(matcher, "_match"):
+    modules = [m for name, m in list(sys.modules.items()) if name.startswith(("onnxscript.", "torch.onnx."))]
+    for matcher in (m for module in modules for value in list(vars(module).values()) for m in matchers(value)):
+        if hasattr(matcher, "_match"):
             matcher._init_match(0)  # an empty match, no current node
             matcher._graph = matcher._tracer = None
 

@@ -102,19 +102,33 @@ def test_split_num_outputs_is_rewritten_for_the_lower_opset(opset, size, parts, 
     np.testing.assert_array_equal(np.concatenate(got, axis=1), x)
 
 
-def test_a_released_source_leaves_memory_after_the_export(tmp_path):
+@pytest.mark.parametrize("set_aside", [False, True], ids=["collector-as-is", "imports-set-aside"])
+def test_a_released_source_leaves_memory_after_the_export(tmp_path, set_aside):
     """The weights of an exported, released source are freed before the artifact's runtime loads
     beside them: nothing the exporter leaves behind (onnxscript's rewrite rules keep the last graph
-    they optimized) holds them, and a transformers model's reference cycles are collected."""
+    they optimized) holds them, and a transformers model's reference cycles are collected; also
+    when the collector has set aside every object alive before the export (gc.freeze), the rules
+    and their matchers among them."""
+    import gc
     import weakref
+
+    import onnxscript.optimizer
+    import onnxscript.rewriter  # noqa: F401 - the rules, alive before the export like any module's objects
 
     from exporter.frameworks import load_source
     from exporter.routes import ExportRequest, route_for
     from fixtures.models.hf_folders import save_folder
 
-    source = load_source(str(save_folder("llama-causal-lm", tmp_path / "llama")))
-    weight = weakref.ref(source.model.model.lm_head.weight)
-    request = ExportRequest("onnx", opset=18, exporter="dynamo", dynamic=source.dynamic, sample_inputs=source.example)
-    route_for("torch", "onnx", "dynamo").export(source, request, tmp_path / "llama.onnx", lambda message: None)
-    source.release()
-    assert weight() is None
+    folder = save_folder("llama-causal-lm", tmp_path / "llama")
+    if set_aside:
+        gc.freeze()
+    try:
+        source = load_source(str(folder))
+        weight = weakref.ref(source.model.model.lm_head.weight)
+        request = ExportRequest("onnx", opset=18, exporter="dynamo", dynamic=source.dynamic,
+                                sample_inputs=source.example)
+        route_for("torch", "onnx", "dynamo").export(source, request, tmp_path / "llama.onnx", lambda message: None)
+        source.release()
+        assert weight() is None
+    finally:
+        gc.unfreeze()
