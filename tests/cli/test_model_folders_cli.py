@@ -15,6 +15,7 @@ import pytest
 
 from exporter import api, runs
 from fixtures.broken_caches import restart_positions, swap_presents
+from fixtures.cli_in_process import run_cli_here
 from fixtures.generation import tokens_agree
 from fixtures.inject_faults import inject_onnx
 from fixtures.models.hf_folders import save_folder
@@ -39,8 +40,8 @@ def folders(tmp_path_factory):
 def bert_onnx(folders, tmp_path_factory):
     """The BERT classifier exported to ONNX at opset 17 (its report beside it)."""
     out = tmp_path_factory.mktemp("bert") / "bert.onnx"
-    result = run_cli("export", folders["bert-text-classification"], "--to", "onnx", "--opset", "17", "--out", out,
-                     "--report", out.parent / "report.json", cwd=out.parent)
+    result = run_cli_here("export", folders["bert-text-classification"], "--to", "onnx", "--opset", "17", "--out",
+                          out, "--report", out.parent / "report.json", cwd=out.parent)
     assert result.returncode == 0, result.stdout + result.stderr
     return out, result
 
@@ -199,8 +200,8 @@ def llama_with_past(folders, tmp_path_factory):
     """The Llama folder exported for its inferred task, with its KV cache (dynamo, opset 20), its
     report beside it."""
     out = tmp_path_factory.mktemp("llama") / "llama.onnx"
-    result = run_cli("export", folders["llama-causal-lm"], "--to", "onnx", "--opset", "20", "--out", out,
-                     "--report", out.parent / "report.json", cwd=out.parent)
+    result = run_cli_here("export", folders["llama-causal-lm"], "--to", "onnx", "--opset", "20", "--out", out,
+                          "--report", out.parent / "report.json", cwd=out.parent)
     assert result.returncode == 0, result.stdout + result.stderr
     return out, json.loads((out.parent / "report.json").read_text()), result
 
@@ -339,7 +340,7 @@ def phi_llm(tmp_path_factory):
     root = tmp_path_factory.mktemp("phi")
     folder = save_folder("phi-causal-lm", root / "phi")
     out = root / "dist" / "phi.tflite"
-    result = run_cli("export", folder, "--to", "tflite", "--out", out, "--report", root / "report.json", cwd=root)
+    result = run_cli_here("export", folder, "--to", "tflite", "--out", out, "--report", root / "report.json", cwd=root)
     assert result.returncode == 0, result.stdout + result.stderr
     return folder, out, json.loads((root / "report.json").read_text()), result
 
@@ -389,7 +390,8 @@ def test_a_decoder_without_a_tokenizer_cannot_go_to_a_tflite_llm(folders, cli, t
 
 def test_a_float16_tflite_export_says_only_its_own_lines(folders, tmp_path):
     """ai-edge-quantizer draws tqdm bars for a model of 100 ops and more; they stay off stderr
-    without --verbose, and a float-weight artifact's report lists no float ops (all of them are)."""
+    without --verbose, and a float-weight artifact's report lists no float ops (all of them are).
+    A child process: what reaches its descriptor 2 is what is tested."""
     result = run_cli("export", folders["bert-text-classification"], "--to", "tflite", "--quantize", "fp16",
                      "--out", "bert.tflite", "--report", "r.json", cwd=tmp_path)
     assert result.returncode == 0, result.stderr

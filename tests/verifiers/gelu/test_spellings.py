@@ -71,7 +71,8 @@ def test_spelling_changed_in_the_artifact_is_exit_3(tmp_path, framework, name, t
     spec, flavours = FRAMEWORKS[framework]
     exported = _export(spec(f"swapped_{name}"), to, opset, tmp_path, verify=False)  # the artifact is all it is for
     assert exported.exit_code == 0, exported.summary_lines()
-    report = api.verify(tmp_path / f"m.{to}", source=spec(f"{name}_mlp"))
+    # the guard's verdict is what is tested: where the outputs first depart is not asked for
+    report = api.verify(tmp_path / f"m.{to}", source=spec(f"{name}_mlp"), localize=False)
     assert report.exit_code == 3, report.summary_lines()
     [entry] = report.gelu
     assert entry["status"] == "changed" and entry["source_flavour"] == flavours[name]
