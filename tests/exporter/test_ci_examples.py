@@ -83,6 +83,7 @@ def test_the_github_workflow_plans_exports_each_job_apart_and_merges(tmp_path, l
     assert (downloads.parent / "exportgate.html").read_text().count("<svg") >= 3
 
 
+@pytest.mark.slow  # the GitHub workflow runs the same jobs, one per matrix entry, in the default suite
 def test_the_gitlab_pipeline_runs_its_shards_and_merges(tmp_path, local):
     pipeline = yaml.safe_load((EXAMPLES / "ci/gitlab-ci.yml").read_text())
 
