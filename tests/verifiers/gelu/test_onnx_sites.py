@@ -31,9 +31,9 @@ def compute_nodes(model: onnx.ModelProto) -> list[str]:
 
 # Every exporter at every opset; the dynamo exporter's 13 and 18 (its own opset, and a
 # conversion further down than 17's) are the slow suite's.
-EXPORTS = [pytest.param(opset, dynamo, id=f"{opset}-{'dynamo' if dynamo else 'torchscript'}",
-                        marks=[pytest.mark.slow] if dynamo and opset in (13, 18) else [])
-           for opset in OPSETS for dynamo in (False, True)]
+EXPORTS = [pytest.param(opset, *exporter.values, id=f"{opset}-{exporter.id}",
+                        marks=[pytest.mark.slow] if exporter.values[0] and opset in (13, 18) else [])
+           for opset in OPSETS for exporter in EXPORTERS]
 
 
 @pytest.mark.parametrize(("opset", "dynamo"), EXPORTS)
