@@ -278,8 +278,12 @@ def test_version(cli):
     assert result.returncode == 0 and result.stdout.strip() == f"exportgate {metadata.version('exportgate')}"
 
 
-@pytest.mark.parametrize("builder", ["torch_gelu", "keras_gelu"])
-def test_what_frameworks_print_and_log_while_exporting_shows_only_with_verbose(tmp_path, builder):
+# PyTorch's TFLite route (litert-torch) is the slow suite's; by default PyTorch's model talks in the
+# TorchScript tracer of torch.onnx (opset 17).
+@pytest.mark.parametrize(("builder", "route"), [("torch_gelu", ("onnx", "--opset", "17")),
+                                                pytest.param("torch_gelu", ("tflite",), marks=pytest.mark.slow),
+                                                ("keras_gelu", ("tflite",))], ids=["torch-onnx", "torch-tflite", "keras-tflite"])
+def test_what_frameworks_print_and_log_while_exporting_shows_only_with_verbose(tmp_path, builder, route):
     """The model prints, logs a warning on its framework's logger and writes to descriptor 2 from
     native code, each time the export traces it: none of it reaches the terminal or stdout unless
     --verbose, and with --verbose all of it reaches stderr while stdout holds the report alone (a
@@ -291,7 +295,7 @@ def test_what_frameworks_print_and_log_while_exporting_shows_only_with_verbose(t
     def cli(*args):
         return run_cli(*args, cwd=tmp_path)
 
-    args = ("export", f"{MODELS / 'chatty_models.py'}:{builder}", "--to", "tflite", "--out", "m.tflite", "--json")
+    args = ("export", f"{MODELS / 'chatty_models.py'}:{builder}", "--to", *route, "--out", f"m.{route[0]}", "--json")
     quiet = cli(*args)
     assert quiet.returncode == 0, quiet.stderr
     assert json.loads(quiet.stdout)["verdict"] == "pass"

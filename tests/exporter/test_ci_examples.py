@@ -1,7 +1,8 @@
 """The CI examples run on this machine the way the CI systems run them: the commands of
 examples/ci/github-actions.yml (plan, one export job per matrix entry on a fresh copy, merge of
-the uploaded folders) and of examples/ci/gitlab-ci.yml (parallel shards, merge) give the same
-merged report as one local `exportgate run`."""
+the uploaded folders) give the verdicts the example pipeline has (every job of the bundled MLP
+passes with its GELUs kept), and those of examples/ci/gitlab-ci.yml (parallel shards, merge) the
+same merged report as one local `exportgate run` (the slow suite)."""
 
 import json
 import os
@@ -42,34 +43,27 @@ def merged_jobs(path: Path) -> list[tuple[str, int, list[str]]]:
     return [(job["job"], job["exit_code"], [g["status"] for g in job["gelu"]]) for job in report["jobs"]]
 
 
-@pytest.fixture(scope="module")
-def local_run(tmp_path_factory) -> Path:
-    """The example pipeline run on one machine; returns its working directory."""
-    cwd = checkout(tmp_path_factory.mktemp("local"))
-    result = shell("exportgate run --report local.json", cwd)
-    assert result.returncode == 0, result.stderr
-    return cwd
+# examples/ci/exportgate.toml: the bundled MLP (two exact GELUs) x three artifacts, each faithful.
+EXAMPLE_JOBS = [(job, 0, ["kept", "kept"]) for job in ("mlp/onnx17", "mlp/ort-1.16", "mlp/tflite")]
 
 
 @pytest.fixture(scope="module")
-def local(local_run):
-    return merged_jobs(local_run / "local.json")
-
-
-def test_the_github_workflow_plans_exports_each_job_apart_and_merges(tmp_path, local):
+def github_run(tmp_path_factory) -> Path:
+    """The GitHub workflow's jobs run one after another: plan, one export per matrix entry on a
+    fresh copy, its out folder uploaded and downloaded, then merge; returns the merge's working
+    directory (its jobs/ are the downloads)."""
     workflow = yaml.safe_load((EXAMPLES / "ci/github-actions.yml").read_text())
     steps = {name: job["steps"] for name, job in workflow["jobs"].items()}
-    plan_runner = checkout(tmp_path / "plan")
+    root = tmp_path_factory.mktemp("github")
+    plan_runner = checkout(root / "plan")
     outputs = plan_runner / "github_output"
     [plan] = commands(steps["plan"])
     assert shell(plan, plan_runner, GITHUB_OUTPUT=str(outputs)).returncode == 0
     name, _, value = outputs.read_text().strip().partition("=")
-    matrix = json.loads(value)
-    assert name == "matrix" and [entry["job"] for entry in matrix["include"]] == [job for job, _, _ in local]
-
-    downloads = checkout(tmp_path / "merge") / "jobs"
-    for index, entry in enumerate(matrix["include"]):
-        runner = checkout(tmp_path / f"export-{index}")
+    assert name == "matrix"
+    downloads = checkout(root / "merge") / "jobs"
+    for index, entry in enumerate(json.loads(value)["include"]):
+        runner = checkout(root / f"export-{index}")
         for command in commands(steps["export"]):
             result = shell(command.replace("${{ matrix.job }}", entry["job"]), runner)
             assert result.returncode == 0, result.stderr
@@ -77,14 +71,18 @@ def test_the_github_workflow_plans_exports_each_job_apart_and_merges(tmp_path, l
     [merge] = commands(steps["merge"])
     result = shell(merge, downloads.parent)
     assert result.returncode == 0, result.stderr
-    assert merged_jobs(downloads.parent / "exportgate.json") == local
-    suites = [suite.name for suite in JUnitXml.fromfile(str(downloads.parent / "exportgate.xml"))]
-    assert suites == [job for job, _, _ in local]
-    assert (downloads.parent / "exportgate.html").read_text().count("<svg") >= 3
+    return downloads.parent
+
+
+def test_the_github_workflow_plans_exports_each_job_apart_and_merges(github_run):
+    assert merged_jobs(github_run / "exportgate.json") == EXAMPLE_JOBS
+    suites = [suite.name for suite in JUnitXml.fromfile(str(github_run / "exportgate.xml"))]
+    assert suites == [job for job, _, _ in EXAMPLE_JOBS]
+    assert (github_run / "exportgate.html").read_text().count("<svg") >= 3
 
 
 @pytest.mark.slow  # the GitHub workflow runs the same jobs, one per matrix entry, in the default suite
-def test_the_gitlab_pipeline_runs_its_shards_and_merges(tmp_path, local):
+def test_the_gitlab_pipeline_runs_its_shards_and_merges_as_one_local_run(tmp_path):
     pipeline = yaml.safe_load((EXAMPLES / "ci/gitlab-ci.yml").read_text())
 
     def script(job: str) -> list[str]:
@@ -100,6 +98,10 @@ def test_the_gitlab_pipeline_runs_its_shards_and_merges(tmp_path, local):
         assert result.returncode == 0, result.stderr
     result = shell(" && ".join(script("merge")), root)
     assert result.returncode == 0, result.stderr
+    local_run = checkout(tmp_path / "local")
+    assert shell("exportgate run --report local.json", local_run).returncode == 0
+    local = merged_jobs(local_run / "local.json")
+    assert local == EXAMPLE_JOBS
     assert merged_jobs(root / "examples/ci/exportgate.json") == local
     junit = pipeline["merge"]["artifacts"]["reports"]["junit"]
     assert [suite.name for suite in JUnitXml.fromfile(str(root / junit))] == [job for job, _, _ in local]
@@ -107,7 +109,7 @@ def test_the_gitlab_pipeline_runs_its_shards_and_merges(tmp_path, local):
 NO_FRAMEWORK = "import sys; sys.modules.update(dict.fromkeys(('torch', 'tensorflow', 'keras', 'tf2onnx', 'ai_edge_litert'), None))"
 
 
-def test_plan_and_merge_jobs_install_no_framework_and_need_none(tmp_path, local_run, local):
+def test_plan_and_merge_jobs_install_no_framework_and_need_none(tmp_path, github_run):
     """The workflows install exportgate without extras where they only plan or merge: those
     commands run with every framework import refused."""
     workflow = yaml.safe_load((EXAMPLES / "ci/github-actions.yml").read_text())
@@ -117,10 +119,11 @@ def test_plan_and_merge_jobs_install_no_framework_and_need_none(tmp_path, local_
                   pipeline["merge"]["before_script"]):
         [install] = [line for line in steps if line.startswith("pip install")]
         assert "[" not in install, install
-    plan = run_cli("plan", "--format", "github", cwd=local_run, prelude=NO_FRAMEWORK)
+    plan = run_cli("plan", "--format", "github", cwd=github_run, prelude=NO_FRAMEWORK)
     assert plan.returncode == 0, plan.stderr
-    assert [entry["job"] for entry in json.loads(plan.stdout)["include"]] == [job for job, _, _ in local]
-    merge = run_cli("merge", local_run / "out", "--html", tmp_path / "merged.html", "--junit", tmp_path / "merged.xml",
-                    "--report", tmp_path / "merged.json", cwd=tmp_path, prelude=NO_FRAMEWORK)
+    assert [entry["job"] for entry in json.loads(plan.stdout)["include"]] == [job for job, _, _ in EXAMPLE_JOBS]
+    merge = run_cli("merge", *sorted((github_run / "jobs").iterdir()), "--html", tmp_path / "merged.html",
+                    "--junit", tmp_path / "merged.xml", "--report", tmp_path / "merged.json", cwd=tmp_path,
+                    prelude=NO_FRAMEWORK)
     assert merge.returncode == 0, merge.stderr
-    assert merged_jobs(tmp_path / "merged.json") == local and "<svg" in (tmp_path / "merged.html").read_text()
+    assert merged_jobs(tmp_path / "merged.json") == EXAMPLE_JOBS and "<svg" in (tmp_path / "merged.html").read_text()

@@ -14,7 +14,8 @@ MOBILENET = "fixtures/models/localization_models.py:mobilenet_v2"
 CONVOLUTIONS = ("Conv", "CONV_2D", "DEPTHWISE_CONV_2D")
 
 
-@pytest.mark.parametrize("fmt", ["onnx", "tflite"])
+# The TFLite artifact is the slow suite's: the reload path is the same, the ONNX case runs it by default.
+@pytest.mark.parametrize("fmt", ["onnx", pytest.param("tflite", marks=pytest.mark.slow)])
 def test_a_seeded_keras_factory_is_loaded_again_and_localised(tmp_path, fmt):
     from exporter.frameworks import load_source
 

@@ -54,7 +54,9 @@ def test_corrupt_file_is_exit_2_in_one_line(built, cli, name):
 
 SOURCES = [keras_model(n) for n in ("sequential_activation", "functional_approximate", "functional_ops",
                                     "convnext_block")]
-SOURCES += [torch_model(n) for n in ("mlp_exact", "mlp_tanh", "block_exact", "block_tanh")]
+# PyTorch's are the slow suite's here: tests/exporter/routes/test_torch_tflite.py runs the same
+# models through both interpreters and reads their GELU builtins' flavour by default.
+SOURCES += [pytest.param(torch_model(n), marks=pytest.mark.slow) for n in ("mlp_exact", "mlp_tanh", "block_exact", "block_tanh")]
 
 
 @pytest.mark.parametrize("quantize", [None, "fp16"])
