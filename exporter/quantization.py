@@ -33,7 +33,7 @@ def calibration_feeds(source: Source, spec: str | None, seed: int, axes=()) -> t
     data (sizes along the dynamic `axes` free), or seeded random batches (a different seed from
     the verification batches')."""
     if spec is not None:
-        from exporter.calibration import load_calibration
+        from exporter.feed_files import load_calibration
 
         casts: dict[str, str] = {}
         feeds = load_calibration(spec, source.inputs, dynamic={(a.input, a.axis) for a in axes}, casts=casts)

@@ -38,7 +38,7 @@ class ExportRequest:
     quantize: str | None = None
     io: str = "float"  # --quantize int8: the artifact's input/output types where the route allows (IO_TYPES)
     # --quantize int8: the feeds to calibrate on, keyed by the source's input names, already checked
-    # (exporter.calibration.load_calibration, or seeded random batches)
+    # (exporter.feed_files.load_calibration, or seeded random batches)
     calibration: list[dict[str, np.ndarray]] = field(default_factory=list)
     allow_float: bool = False  # --quantize int8: ops that cannot be quantized may stay float
 

@@ -4,7 +4,7 @@ checks of every feed against the model's inputs."""
 import numpy as np
 import pytest
 
-from exporter.calibration import load_calibration
+from exporter.feed_files import load_calibration
 from exporter.sources import InputSpec
 from verifiers.errors import BadInput
 
