@@ -40,7 +40,7 @@ def check_export_options(model: str, **options: Any) -> None:
 def _export_run(model: str, options: Mapping[str, Any], progress: Progress, reports: dict[str, Path]) -> Export:
     options = given("export", options)
     report = Report(command="export", model=model, format=options["to"], requested_opset=options["opset"],
-                    seed=options["seed"], batches=options["batches"], quantize=options["quantize"],
+                    seed=options["seed"], quantize=options["quantize"],
                     full_lists=options["full_lists"])
     return Export(report, progress, options, reports, model=model, out=Path(options["out"]), opset=options["opset"],
                   verifying=options["verify"])
@@ -52,8 +52,7 @@ def verify(artifact: str | Path, *, report_path: str | Path | None = None,
     run in `runtime` (by default the one its format names: onnxruntime, ai-edge-litert). The
     options are `exportgate verify`'s, by name (exporter.options)."""
     options = given("verify", options)
-    report = Report(command="verify", model=options["source"], seed=options["seed"], batches=options["batches"],
-                    full_lists=options["full_lists"])
+    report = Report(command="verify", model=options["source"], seed=options["seed"], full_lists=options["full_lists"])
     run = Verify(report, progress, options, _reports(report_path, reports), path=Path(artifact),
                  model=options["source"])
     return run_steps(report, VERIFY_STEPS, run, progress, run.reports)

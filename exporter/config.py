@@ -175,9 +175,9 @@ def _job(model_name: str, models: dict, artifact_name: str, artifact: dict, defa
     if "to" not in options:
         raise BadInput(f"{where}: job {job_id}: to: [artifacts.{artifact_name}] needs to = \"onnx\" or \"tflite\"")
     files = [file, *(base / name for name in extra)]
-    if "calibration" in options:
-        options["calibration"], calibration_file = _calibration(options["calibration"], base, f"{where}: job {job_id}")
-        files.append(calibration_file)
+    for key in [key for key in options if _OPTIONS[key].reads]:
+        options[key], read_file = _read_spec(key, options[key], base, f"{where}: job {job_id}")
+        files.append(read_file)
     for extra_file in files[1:]:
         if not extra_file.exists():
             raise BadInput(f"{where}: job {job_id}: files: {extra_file}: no such file or folder")
@@ -210,15 +210,15 @@ def _path(raw: dict, key: str, base: Path, where: str, must_exist: bool = True) 
     return path
 
 
-def _calibration(spec: str, base: Path, where: str) -> tuple[str, Path]:
-    """A calibration spec resolved against the config's folder, and the file or folder it reads
-    (its content is part of the job's cache key)."""
+def _read_spec(key: str, spec: str, base: Path, where: str) -> tuple[str, Path]:
+    """The spec of an option that reads files (--calibration, --data) resolved against the config's
+    folder, and the file or folder it reads (its content is part of the job's cache key)."""
     path, sep, attr = spec.rpartition(":")
     if not (sep and path.endswith(".py")):
         path, attr = spec, ""
     file = base / path
     if not file.exists():
-        raise BadInput(f"{where}: calibration: {file}: no such file or folder")
+        raise BadInput(f"{where}: {key}: {file}: no such file or folder")
     return (f"{file}:{attr}" if attr else str(file)), file
 
 

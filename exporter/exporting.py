@@ -11,6 +11,7 @@ from pathlib import Path
 from exporter import quantization
 from exporter.artifact_record import artifact_info, hash_in_background, record_artifact
 from exporter.checks import JUDGING_STEPS, PRECISION_STEPS, SOURCE_STEPS
+from exporter.checks.data import read_data
 from exporter.checks.gelu import Gelu
 from exporter.checks.outputs import compare_outputs
 from exporter.checks.sizes import Sizes
@@ -127,8 +128,13 @@ def _load_source(run: Export) -> None:
         if not 0 <= axis.axis < ranks[axis.input]:
             raise BadInput(f"--dynamic {axis.input}:{axis.axis}: {axis.input} has {ranks[axis.input]} axes "
                            f"(0 to {ranks[axis.input] - 1})")
-    make_feeds(run)
-    sizes.axes = name_symbols([*_declared_dynamic(run), *sizes.axes], run.feeds[0])
+    declared = _declared_dynamic(run)
+    data = None
+    if options["data"]:
+        with about("data"):
+            data = read_data(run, {(a.input, a.axis) for a in [*declared, *sizes.axes]})
+    make_feeds(run, data)
+    sizes.axes = name_symbols([*declared, *sizes.axes], run.feeds[0])
     if options["quantize"] == "int8":
         run.calibration_feeds, calibration = quantization.calibration_feeds(run.source, options["calibration"],
                                                                         options["seed"], sizes.axes)

@@ -42,6 +42,9 @@ class Option:
     to: str = "api"
     expects: str | None = None  # what a config value must be, where the type does not say it well
     writer: str | None = None  # a report option: the report writer it asks for (verifiers.writers)
+    # It names files the run reads (a path, or file.py:callable): a config resolves it against its
+    # own folder, and what it names is part of a job's cache key (exporter.config).
+    reads: bool = False
 
     @property
     def parameter(self) -> str:
@@ -140,7 +143,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("calibration", "--calibration", str, "With --quantize int8: calibration data, an .npz of arrays by input "
            "name, a folder of .npz/.npy files, or file.py:callable yielding feed dicts (default: seeded random "
            "batches).", ("export",), metavar="DATA", job=True,
-           expects="a path (.npz, a folder) or file.py:callable"),
+           expects="a path (.npz, a folder) or file.py:callable", reads=True),
     Option("allow_float_ops", "--allow-float-ops", bool, "With --quantize int8: let ops without an int8 kernel stay "
            "float (the report lists them) instead of failing.", ("export",), default=False, job=True),
     Option("target", "--target", str, "Export for this runtime or device (see `exportgate targets`), and check the "
@@ -173,8 +176,14 @@ OPTIONS: tuple[Option, ...] = (
            expects="a number, NAME=NUMBER or a list of them"),
     Option("seed", "--seed", int, "Seed for the random verification batches.", _RUNNING, default=0, metavar="N",
            job=True),
-    Option("batches", "--batches", int, "Random batches besides the example inputs.", _RUNNING, default=3,
-           metavar="N", minimum=0, job=True),
+    Option("batches", "--batches", int, "Random batches besides the example inputs (default 3; none with --data).",
+           _RUNNING, metavar="N", minimum=0, job=True),
+    Option("data", "--data", str, "Verify on your own samples too: an .npz of arrays by input name (axis 0: samples), "
+           "a folder of .npz/.npy files, or file.py:callable yielding feed dicts; streamed in batches of the "
+           "model's batch size, with statistics per sample.", _RUNNING, metavar="DATA", job=True,
+           expects="a path (.npz, a folder) or file.py:callable", reads=True),
+    Option("data_cast", "--data-cast", bool, "Cast --data arrays to the inputs' dtypes within their kind (float64 to "
+           "float32); without it another dtype is refused.", _RUNNING, default=False, job=True),
     Option("verify", "--no-verify", bool, "Skip verification (the report says so).", ("export",), default=True,
            negated=True, job=True),
     Option("gelu_guard", "--no-gelu-guard", bool, "Do not check the GELU sites (the report records it). Without it, a "

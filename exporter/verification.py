@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from exporter.digests import Digests
+from exporter.feed_files import DataSet
 from exporter.sources import InputSpec, Source, feeds_record, make_batches, parse_input_spec
 from verifiers.compare import Tolerances
 from verifiers.errors import about
@@ -137,10 +138,27 @@ def report_source_files(run: Verification) -> None:
     run.report.source_files = listed
 
 
-def make_feeds(run: Verification) -> None:
-    """The seeded batches the source and the artifact run on, recorded in the report."""
-    run.feeds = make_batches(run.source, run.options["seed"], run.options["batches"])
+# Seeded random batches besides the example inputs, unless --batches says otherwise (none with --data).
+DEFAULT_BATCHES = 3
+
+
+def make_feeds(run: Verification, data: DataSet | None = None) -> None:
+    """The batches every check runs the source and the artifact on, recorded in the report: the
+    example inputs and the seeded random batches; with --data (`data`), the random ones only when
+    --batches asks, and the data's first batch when nothing else is left."""
+    batches = run.options["batches"]
+    if batches is None:
+        batches = 0 if data is not None else DEFAULT_BATCHES
+    run.report.batches = batches
     run.report.example_batch = run.source.example is not None
+    if data is not None and not batches and not run.report.example_batch:
+        first = next(data.batches_of())
+        run.feeds = [first.feed]
+        [record] = feeds_record(run.source, run.feeds, run.options["seed"])
+        record["origin"] = f"--data {data.spec}, samples 0 to {first.count - 1}"
+        run.report.feeds = [record]
+        return
+    run.feeds = make_batches(run.source, run.options["seed"], batches)
     run.report.feeds = feeds_record(run.source, run.feeds, run.options["seed"])
 
 

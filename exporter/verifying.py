@@ -15,9 +15,10 @@ from exporter.model_tasks import TASKS
 from exporter.routes import ExportRequest, route_for
 from exporter.sources import specs_of_tensors
 from exporter.checks import JUDGING_STEPS, PRECISION_STEPS, SOURCE_STEPS
+from exporter.checks.data import read_data
 from exporter.checks.sizes import Sizes
 from exporter.verification import Verification, make_feeds, parse_checking_options, record_source
-from verifiers.errors import BadInput
+from verifiers.errors import BadInput, about
 from verifiers.formats import detect_format, open_artifact
 from verifiers.judging import load_runner
 from verifiers.runtimes import runtime_for
@@ -69,8 +70,12 @@ def _load_source(run: Verify) -> None:
     record_source(run)
     if run.options["task"] is None:
         _check_inferred_task(run)
-    make_feeds(run)
-    run.of(Sizes).axes = artifact_axes(run.runner.inputs)
+    axes = run.of(Sizes).axes = artifact_axes(run.runner.inputs)
+    data = None
+    if run.options["data"]:
+        with about("data"):
+            data = read_data(run, {(a.input, a.axis) for a in axes})
+    make_feeds(run, data)
 
 
 def _check_inferred_task(run: Verify) -> None:

@@ -260,6 +260,17 @@ def _real_runs(runner: Runner, runs: dict[str, list[np.ndarray]]) -> dict[str, l
     return {variant: real_values(runner.outputs, outputs) for variant, outputs in runs.items()}
 
 
+def run_artifact(runner: Runner, feed: dict[str, np.ndarray]) -> dict[str, list[np.ndarray]]:
+    """The artifact's real output values on a source feed, by way of running it (runner.variants);
+    an artifact that fails to run is InvalidArtifact."""
+    try:
+        return _real_runs(runner, runner.infer(artifact_feed(runner, feed)))
+    except ExportgateError:
+        raise
+    except Exception as exc:
+        raise InvalidArtifact(f"the artifact failed to run: {one_line(exc)}") from exc
+
+
 def fixed_in_artifact(report: Report, plans: list, inputs: list, exporter: str | None = None) -> None:
     """Fail (exit 4) every axis an export declared dynamic that came out static in the artifact,
     naming input and axis; such a symbol is not run at other sizes (the artifact refuses them)."""

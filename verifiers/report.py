@@ -227,6 +227,12 @@ class Report:
     # What each batch fed: [{"batch", "origin" (the source's example inputs, or seeded random with
     # its seed), "inputs": {name: {"shape", "dtype", "min", "max"}}}].
     feeds: list[dict[str, Any]] = field(default_factory=list)
+    # --data (exporter.checks.data): {"spec", "files": [{"path", "sha256"}], "samples", "batches",
+    # "batch_size", "filled" (samples repeated to fill a batch), "shapes", "inputs": {name: {"min",
+    # "max"}}, "outputs": [{"name", "variant", "samples", "atol", "rtol", "samples_out_of_tolerance",
+    # "sqnr_db_all_samples", and per statistic (max_abs, mean_abs, sqnr_db, cosine, top1, top5)
+    # {"mean", "worst", "worst_sample"}}]}. Samples are numbered from 0.
+    data: dict[str, Any] = field(default_factory=dict)
     rejected_artifact: str | None = None
     full_lists: bool = False  # --full-lists: the JSON keeps every entry of the LONG_LISTS
     # Files published beside the artifact: a model folder's tokenizer and preprocessor files, by name.
@@ -278,7 +284,7 @@ class Report:
         return cls(**body)
 
     def _passed_line(self, passed: list[OutputResult]) -> str:
-        over = f" over {(self.batches or 0) + self.example_batch} input batch(es)"
+        over = f" over {len(self.feeds) or (self.batches or 0) + self.example_batch} input batch(es)"
         judged = [o for o in passed if o.min_sqnr_db is not None]
         if not judged:
             worst = max((o.max_abs_err or 0.0) for o in passed)
@@ -289,6 +295,17 @@ class Report:
         if top1:
             parts.append(f"top-1 agreement {min(top1):.3f} (min {judged[0].min_top1:g})")
         return f"  {len(passed)} output(s) pass as int8: {', '.join(parts)}{over}"
+
+    def _data_line(self) -> str:
+        data = self.data
+        worst = max((o for o in data["outputs"] if "max_abs" in o), key=lambda o: o["max_abs"]["worst"] or 0.0,
+                    default=None)
+        line = f"  on {data['spec']}: {data['samples']} sample(s) in {data['batches']} batch(es), every output within " \
+               "tolerance"
+        if worst is not None:
+            line += f", max abs err {worst['max_abs']['worst']:.3g} at worst (sample {worst['max_abs']['worst_sample']}" \
+                    f"{', output ' + worst['name'] if len(data['outputs']) > 1 else ''})"
+        return line
 
     def _quantization_lines(self) -> list[str]:
         q = self.quantization
@@ -336,6 +353,8 @@ class Report:
         passed = [o for o in self.outputs if o.passed]
         if passed and not self.failures:
             lines.append(self._passed_line(passed))
+        if self.data.get("outputs") and not self.failures:
+            lines.append(self._data_line())
         if self.quantization.get("mode") not in (None, "float"):
             lines.extend(self._quantization_lines())
         if self.dynamic and not self.failures:

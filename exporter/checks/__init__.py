@@ -1,6 +1,7 @@
 """The checks of an artifact against its source, one module per concern, shared by export and
-verify: outputs, sizes (the dynamic axes), generation (a decoder with past), quantization (an int8
-artifact's layers), GELU, and localisation (where a red run departs), in the order they run. The
+verify: outputs, sizes (the dynamic axes), data (the user's samples, --data), generation (a decoder
+with past), quantization (an int8 artifact's layers), GELU, and localisation (where a red run
+departs), in the order they run. The
 target check (exporter.checks.target) runs without the source, for export and check.
 
 A command is its own steps, then SOURCE_STEPS (each check's steps on the source), then, once the
@@ -10,11 +11,12 @@ check keeps it), then JUDGING_STEPS (the artifact loaded, then each check's step
 
 from __future__ import annotations
 
-from exporter.checks import gelu, generation, localization, outputs, quantization, sizes
+from exporter.checks import data, gelu, generation, localization, outputs, quantization, sizes
 from exporter.verification import LOAD_ARTIFACT, Verification
 from verifiers.steps import Step
 
-CHECKS = (outputs.CHECK, sizes.CHECK, generation.CHECK, quantization.CHECK, gelu.CHECK, localization.CHECK)
+CHECKS = (outputs.CHECK, sizes.CHECK, data.CHECK, generation.CHECK, quantization.CHECK, gelu.CHECK,
+          localization.CHECK)
 
 
 def _releases_source(run: Verification) -> bool:

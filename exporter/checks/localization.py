@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from exporter.checks.data import OnData
 from exporter.checks.outputs import Outputs
 from exporter.checks.sizes import Sizes
 from exporter.frameworks import load_source
@@ -45,11 +46,17 @@ def wanted(localize: bool | None, report: Report) -> bool:
     return localize if localize is not None else bool(numeric_failures(report))
 
 
-def failing_batch(report: Report, feeds: list[dict], reference: list, sized: dict) -> tuple[dict, list, str]:
+def failing_batch(report: Report, feeds: list[dict], reference: list, sized: dict,
+                  on_data: tuple | None = None) -> tuple[dict, list, str]:
     """The batch to localise on, the source's outputs there, and how the report names it: the
-    first failure's worst batch, or its size of a dynamic axis; the first batch on a green run."""
+    first failure's worst batch, its size of a dynamic axis, or the --data batch holding its worst
+    sample (`on_data`: exporter.checks.data.OnData.worst); the first batch on a green run."""
     failures = numeric_failures(report)
     first = failures[0] if failures else None
+    if first is not None and first.data.get("data") and on_data is not None:
+        feed, outputs, sample, start = on_data
+        return feed, outputs, f"the --data batch of samples {start} to {start + len(next(iter(feed.values()))) - 1} " \
+                              f"(worst: sample {sample})"
     if first is not None and "dynamic" in first.data:
         symbol, size = first.data["dynamic"]["symbol"], first.data["dynamic"]["size"]
         if (symbol, size) in sized:
@@ -60,7 +67,8 @@ def failing_batch(report: Report, feeds: list[dict], reference: list, sized: dic
 
 
 def localize(report: Report, source: Source, feeds: list[dict], reference: list, sized: dict, artifact: Artifact,
-             comparison: Comparison, progress: Progress, reload: Callable[[], Source]) -> None:
+             comparison: Comparison, progress: Progress, reload: Callable[[], Source],
+             on_data: tuple | None = None) -> None:
     """Fill report.divergence: where the artifact (run by `comparison.runner`, closed by now) first
     departs from the source on the failing batch of `feeds` (or of `sized`, the other sizes), whose
     outputs are in `reference`; `reload()` is the source loaded again, for a run that released it."""
@@ -68,7 +76,7 @@ def localize(report: Report, source: Source, feeds: list[dict], reference: list,
     if mode not in EPSILONS:
         report.notes.append(f"localisation: not for {mode} artifacts (their layers are compared with a float twin)")
         return
-    feed, outputs, which = failing_batch(report, feeds, reference, sized)
+    feed, outputs, which = failing_batch(report, feeds, reference, sized, on_data)
     loaded, source_feed = source, feed
     if source.model is None:
         progress("loading the source model again to trace it op by op")
@@ -162,7 +170,8 @@ def _localize(run: Verification) -> None:
 
     localize(run.report, run.source, run.feeds, run.reference, run.of(Sizes).sized, run.artifact,
              run.of(Outputs).comparison, run.progress, reload=lambda: reload_source(
-                 run.source.spec, run.input_specs, default_inputs, run.options["trust_source"], run.report.task))
+                 run.source.spec, run.input_specs, default_inputs, run.options["trust_source"], run.report.task),
+             on_data=run.of(OnData).worst)
 
 
 CHECK = Check(

@@ -1,0 +1,100 @@
+"""The data check (--data): the artifact against its source on the user's own samples. The data is
+read and checked against the source's inputs as the source loads (before anything runs:
+exporter.verification.make_feeds), then streamed batch by batch (exporter.feed_files.DataSet):
+each batch runs in the source and in the artifact, every output's statistics are counted per
+sample (verifiers.sample_statistics), and the batch is let go. Only the batch holding the worst
+sample so far is kept, for the localisation of a red run (exporter.checks.localization).
+
+The report's `data` says what was fed (the files and their SHA-256, samples, batches, samples
+repeated to fill the last batch, each input's range) and each output's statistics.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from exporter.checks.outputs import Outputs
+from exporter.digests import sha256
+from exporter.feed_files import DataSet
+from exporter.verification import Check, Verification, runs_the_artifact
+from verifiers.judging import run_artifact
+from verifiers.sample_statistics import OutputStatistics
+from verifiers.steps import Step, count
+
+
+@dataclass
+class OnData:
+    data: DataSet | None = None
+    statistics: list[OutputStatistics] = field(default_factory=list)
+    # The batch that holds the worst sample of the first failing output: (feed, the source's
+    # outputs on it, that sample's number, the batch's first sample's).
+    worst: tuple[dict, list, int, int] | None = None
+
+
+def read_data(run: Verification, dynamic: set[tuple[str, int]]) -> DataSet:
+    """The --data samples, every one read and checked against the source's inputs (BadInput naming
+    the file, the input and what is wrong), recorded in the report."""
+    data = DataSet(run.options["data"], run.source.inputs, dynamic, cast=run.options["data_cast"])
+    data.scan()
+    run.of(OnData).data = data
+    run.report.data = {
+        "spec": data.spec,
+        "files": [{"path": str(path), "sha256": sha256(path)} for path in data.files()],
+        "samples": data.samples, "batches": data.batches, "batch_size": data.batch_size,
+        "filled": data.filled, "shapes": data.shapes,
+        "inputs": {name: {"min": low, "max": high} for name, (low, high) in data.ranges.items()},
+    }
+    if data.filled:
+        run.report.notes.append(f"--data: {data.samples} sample(s) are not a multiple of the batch size "
+                                f"{data.batch_size}: {data.filled} repeated to fill the last batch(es), not counted")
+    return data
+
+
+def _judge_on_data(run: Verification) -> None:
+    state = run.of(OnData)
+    comparison = run.of(Outputs).comparison
+    variants = run.runner.variants
+    statistics: dict[tuple[int, str], OutputStatistics] = {}
+    worst_seen = -1.0
+    done = 0
+    for batch in state.data.batches_of():
+        count(run.progress, "batches", done, state.data.batches)
+        names, _, reference = run.source.run(batch.feed)
+        outputs = run_artifact(run.runner, batch.feed)
+        for variant in variants:
+            for ref_index, art_index in comparison.pairs:
+                ref, art = reference[ref_index], outputs[variant][art_index]
+                key = (ref_index, variant)
+                if key not in statistics:
+                    statistics[key] = OutputStatistics(
+                        names[ref_index], variant if len(variants) > 1 else None,
+                        run.tolerances.for_output(names[ref_index], ref.dtype))
+                statistics[key].add(np.asarray(ref), np.asarray(art), batch.first, batch.count)
+        primary = [s for (_, variant), s in statistics.items() if variant == variants[0]]
+        worst = max((s.max_abs.worst for s in primary if s.max_abs.worst is not None), default=-1.0)
+        if worst > worst_seen:  # the batch holding the worst sample so far: kept for the localisation
+            worst_seen = worst
+            sample = max(primary, key=lambda s: s.max_abs.worst or 0.0).max_abs.worst_sample
+            state.worst = ({k: v.copy() for k, v in batch.feed.items()}, reference, sample, batch.first)
+        done += 1
+    count(run.progress, "batches", done, state.data.batches)
+    state.statistics = list(statistics.values())
+    run.report.data["outputs"] = [s.record() for s in state.statistics]
+    where = run.options["data"]
+    for stats in state.statistics:
+        finding = stats.finding(where, run.tolerances.integer)
+        if finding is not None:
+            run.report.failures.append(finding)
+    run.report.verified = True
+
+
+CHECK = Check(
+    "data",
+    on_artifact=(Step("data", runs_the_artifact(_judge_on_data),
+                      message=lambda run: f"running the source and the artifact on {run.of(OnData).data.samples} "
+                                          f"sample(s) of {run.options['data']}",
+                      when=lambda run: run.active and run.of(OnData).data is not None and not run.by_signatures),),
+    keeps_source=lambda run: bool(run.options["data"]),  # the source runs beside the artifact, batch by batch
+)

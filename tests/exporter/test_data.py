@@ -1,0 +1,188 @@
+"""--data: the artifact judged against its source on the user's own samples, streamed in batches,
+with statistics per sample and the worst sample localised. The oracles run the source and the
+artifact by hand (torch, onnxruntime) or hash the data file themselves."""
+
+import hashlib
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from exporter import api
+from fixtures.children import REPO
+from fixtures.specs import MODELS
+
+PIXELS = f"{MODELS / 'data_models.py'}:pixel_classifier"
+MLP = f"{REPO / 'examples/mlp.py'}:build"  # input [8, 16] float32
+
+
+def clipped_at_8(path, out):
+    """The artifact with its input clipped at 8 before anything else reads it: wrong only where
+    an input exceeds 8 (pixels do; random normals times 2 almost never)."""
+    model = onnx.load(str(path))
+    graph = model.graph
+    name = graph.input[0].name
+    for node in graph.node:
+        node.input[:] = [f"{name}_clipped" if i == name else i for i in node.input]
+    graph.initializer.extend([helper.make_tensor("clip_low", TensorProto.FLOAT, [], [-3.0e38]),
+                              helper.make_tensor("clip_high", TensorProto.FLOAT, [], [8.0])])
+    graph.node.insert(0, helper.make_node("Clip", [name, "clip_low", "clip_high"], [f"{name}_clipped"],
+                                          name="input_clip"))
+    onnx.save(model, str(out))
+    return out
+
+
+@pytest.fixture(scope="module")
+def pixel_artifacts(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("pixels")
+    report = api.export(PIXELS, to="onnx", opset=17, out=folder / "faithful.onnx")
+    assert report.exit_code == 0, report.summary_lines()
+    images = np.random.default_rng(0).integers(0, 256, (6, 3, 16, 16)).astype(np.float32)
+    np.savez(folder / "images.npz", pixels=images)
+    return folder / "faithful.onnx", clipped_at_8(folder / "faithful.onnx", folder / "clipped.onnx"), \
+        folder / "images.npz", images
+
+
+def by_hand_max_abs_per_sample(artifact, images) -> np.ndarray:
+    """Each image's max abs error, the source run in torch and the artifact in onnxruntime, two at a time."""
+    import onnxruntime
+    import torch
+
+    from fixtures.models.data_models import pixel_classifier
+
+    model, _ = pixel_classifier()
+    session = onnxruntime.InferenceSession(str(artifact), providers=["CPUExecutionProvider"])
+    errors = []
+    for start in range(0, len(images), 2):
+        batch = images[start:start + 2]
+        with torch.no_grad():
+            expected = model(torch.from_numpy(batch)).numpy()
+        found = session.run(None, {session.get_inputs()[0].name: batch})[0]
+        errors.extend(np.abs(found.astype(np.float64) - expected).reshape(len(batch), -1).max(axis=1))
+    return np.array(errors)
+
+
+def test_an_artifact_wrong_only_on_real_inputs_passes_on_random_ones_and_fails_on_the_data(pixel_artifacts):
+    _, clipped, images_file, images = pixel_artifacts
+
+    assert api.verify(clipped, source=PIXELS).exit_code == 0  # random normals never reach 8
+
+    report = api.verify(clipped, source=PIXELS, data=str(images_file))
+
+    assert report.exit_code == 1, report.summary_lines()
+    [finding] = [f for f in report.failures if f.data.get("data")]
+    errors = by_hand_max_abs_per_sample(clipped, images)
+    worst = int(np.argmax(errors))
+    assert finding.data["sample"] == worst and f"worst sample {worst}:" in finding.message, (finding, errors)
+    assert finding.data["max_abs_err"] == pytest.approx(errors[worst], rel=1e-4)
+    [stats] = report.data["outputs"]
+    assert stats["samples"] == 6 and stats["samples_out_of_tolerance"] == int(np.sum(errors > 1e-4 + 1e-3))
+    assert stats["max_abs"]["worst_sample"] == worst
+    assert report.divergence["first"]["node"] == "input_clip", report.divergence  # the op that clips
+    assert f"sample {worst}" in report.divergence["batch"]
+
+
+def test_a_faithful_artifact_passes_on_the_data_and_the_report_says_what_was_fed(pixel_artifacts):
+    faithful, _, images_file, images = pixel_artifacts
+
+    report = api.verify(faithful, source=PIXELS, data=str(images_file))
+
+    assert report.exit_code == 0, report.summary_lines()
+    data = report.data
+    assert data["files"] == [{"path": str(images_file), "sha256": hashlib.sha256(images_file.read_bytes()).hexdigest()}]
+    assert (data["samples"], data["batches"], data["batch_size"], data["filled"]) == (6, 3, 2, 0)
+    assert data["inputs"]["pixels"] == {"min": float(images.min()), "max": float(images.max())}
+    [stats] = data["outputs"]
+    errors = by_hand_max_abs_per_sample(faithful, images)
+    assert stats["max_abs"]["worst"] == pytest.approx(errors.max(), rel=1e-3, abs=1e-9)
+    assert stats["top1"]["mean"] == 1.0  # ten classes: the same winner on every sample
+    assert report.batches == 0 and report.feeds[0]["origin"] == "the source's example inputs"
+
+
+def test_samples_that_do_not_fill_the_last_batch_are_repeated_and_not_counted(tmp_path):
+    samples = np.random.default_rng(1).uniform(0, 1, (9, 16)).astype(np.float32)
+    np.savez(tmp_path / "nine.npz", input=samples)
+
+    report = api.export(MLP, to="onnx", opset=17, out=tmp_path / "m.onnx", data=str(tmp_path / "nine.npz"))
+
+    assert report.exit_code == 0, report.summary_lines()
+    assert (report.data["samples"], report.data["batches"], report.data["filled"]) == (9, 2, 7)
+    assert report.data["outputs"][0]["samples"] == 9
+    assert report.data["outputs"][0]["max_abs"]["worst_sample"] in range(9)
+    assert any("7 repeated to fill" in note for note in report.notes)
+
+
+def test_a_keras_applications_model_is_verified_on_an_npz_of_images(tmp_path):
+    images = np.random.default_rng(2).uniform(0, 255, (3, 96, 96, 3)).astype(np.float32)
+    np.savez(tmp_path / "images.npz", image=images)
+
+    report = api.export(f"{MODELS / 'int8_models.py'}:keras_mobilenet_v2", to="onnx", opset=17,
+                        out=tmp_path / "mnv2.onnx", data=str(tmp_path / "images.npz"))
+
+    assert report.exit_code == 0, report.summary_lines()
+    assert report.data["samples"] == 3
+    [stats] = report.data["outputs"]
+    assert stats["samples_out_of_tolerance"] == 0 and stats["cosine"]["worst"] > 0.9999
+
+
+def _npz(folder, **arrays):
+    path = folder / "data.npz"
+    np.savez(path, **arrays)
+    return str(path)
+
+
+def _folder(folder, **arrays):
+    data = folder / "data"
+    data.mkdir()
+    for name, array in arrays.items():
+        np.save(data / f"{name}.npy", array, allow_pickle=True)
+    return str(data)
+
+
+BAD_DATA = {
+    "missing input": (lambda d: _npz(d, other=np.zeros((2, 16), np.float32)), "unknown input 'other'"),
+    "no input at all": (lambda d: _npz(d), "input 'input' is missing"),
+    "float64": (lambda d: _npz(d, input=np.zeros((2, 16))), "give --data-cast"),
+    "wrong rank": (lambda d: _npz(d, input=np.zeros((2, 4, 4), np.float32)), "expected float32 of shape Nx16"),
+    "wrong kind": (lambda d: _npz(d, input=np.zeros((2, 16), np.int64)), "found int64"),
+    "no samples": (lambda d: _npz(d, input=np.zeros((0, 16), np.float32)), "no samples in it"),
+    "objects": (lambda d: _folder(d, input=np.array([{}, 1], dtype=object)), "never unpickles"),
+    "mixed folder": (lambda d: (_folder(d, input=np.zeros((2, 16), np.float32)), np.savez(d / "data/b.npz"))[0],
+                     "a folder of one kind of file"),
+    "no such file": (lambda d: str(d / "absent.npz"), "no such file or folder"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_DATA)
+def test_bad_data_is_exit_2_naming_the_file_and_what_is_wrong(shared_artifact, tmp_path, case):
+    make, expected = BAD_DATA[case]
+    artifact = shared_artifact(tmp_path, MLP, "mlp.onnx", to="onnx", opset=17)
+    data = make(tmp_path)
+
+    report = api.verify(artifact, source=MLP, data=data)
+
+    assert report.exit_code == 2, report.summary_lines()
+    [failure] = report.failures
+    assert failure.message.startswith(f"--data {data}") and expected in failure.message, failure.message
+    assert not report.verified and not report.data.get("outputs")
+
+
+def test_data_cast_casts_within_the_kind(shared_artifact, tmp_path):
+    artifact = shared_artifact(tmp_path, MLP, "mlp.onnx", to="onnx", opset=17)
+    data = _npz(tmp_path, input=np.random.default_rng(3).standard_normal((4, 16)))
+
+    report = api.verify(artifact, source=MLP, data=data, data_cast=True)
+
+    assert report.exit_code == 0, report.summary_lines()
+    assert report.data["samples"] == 4
+
+
+def test_the_cli_takes_data_and_prints_the_worst_sample(shared_artifact, tmp_path, cli):
+    artifact = shared_artifact(tmp_path, MLP, "mlp.onnx", to="onnx", opset=17)
+    data = _npz(tmp_path, input=np.random.default_rng(4).standard_normal((16, 16)).astype(np.float32))
+
+    result = cli("verify", artifact, "--source", MLP, "--data", data)
+
+    assert result.returncode == 0, result.stderr
+    assert f"on {data}: 16 sample(s) in 2 batch(es), every output within tolerance" in result.stdout + result.stderr
