@@ -23,6 +23,8 @@ never cast), rank and sizes; sizes may differ only on the axes given as dynamic.
 files and a callable's feeds too, each any number of samples), streamed in batches of the
 model's batch size: a sample is read when its batch runs, so memory does not grow with the
 samples. A dtype other than the input's is refused unless --data-cast (then cast within its kind).
+For a transformers model folder, text and images go through its tokenizer and image processor
+(exporter.folder_data).
 """
 
 from __future__ import annotations
@@ -221,6 +223,8 @@ class DataSet:
     specs: list[InputSpec]
     dynamic: set[tuple[str, int]] = field(default_factory=set)
     cast: bool = False
+    folder: Path | None = None  # a transformers model folder: text and images go through its processing
+    truncated: list[int] = field(default_factory=list)  # text samples cut to the export's length
     samples: int = 0
     batches: int = 0
     filled: int = 0  # samples repeated to fill the last batch of a run of equal shapes
@@ -239,8 +243,8 @@ class DataSet:
         """Read every sample once, checking it: counts, value ranges and shapes for the report; a
         bad file is BadInput naming it, the input and what is wrong, before anything runs."""
         self.samples = self.batches = self.filled = 0
-        self.ranges, self.shapes = {}, []
-        for batch in self.batches_of():
+        self.ranges, self.shapes, self.truncated = {}, [], []
+        for batch in self.batches_of(self.truncated):
             self.batches += 1
             self.samples += batch.count
             self.filled += self.batch_size - batch.count
@@ -255,13 +259,14 @@ class DataSet:
         if not self.samples:
             raise BadInput(f"{DATA} {self.spec}: no samples in it")
 
-    def batches_of(self) -> Iterator[DataBatch]:
+    def batches_of(self, truncated: list[int] | None = None) -> Iterator[DataBatch]:
         """The samples in batches of the model's batch size, in order; consecutive samples of the
-        same shape share a batch, and a batch they cannot fill repeats its own samples."""
+        same shape share a batch, and a batch they cannot fill repeats its own samples (text
+        samples cut to the export's length are appended to `truncated`)."""
         size = self.batch_size
         pending: list[dict[str, np.ndarray]] = []
         held = first = 0
-        for stack, origin in self._stacks():
+        for stack, origin in self._stacks(truncated):
             stack = {name: _one_sample_stacked(array, self.specs, name) for name, array in stack.items()}
             dtypes = _valid(stack, self.specs, self.dynamic, origin, DATA, self.cast, samples_first=True)
             counts = {array.shape[0] for array in stack.values()}
@@ -292,8 +297,21 @@ class DataSet:
             feed = {name: array[repeat] for name, array in feed.items()}
         return DataBatch(feed, first, held)
 
-    def _stacks(self) -> Iterator[tuple[dict[str, np.ndarray], str]]:
+    def _stacks(self, truncated: list[int] | None = None) -> Iterator[tuple[dict[str, np.ndarray], str]]:
         """Each array group of the spec as stored, samples on axis 0, read when it is reached."""
+        from exporter import folder_data
+
+        text, images = Path(self.spec), folder_data.images_in(Path(self.spec))
+        if folder_data.is_text(text) or images:
+            if self.folder is None:
+                raise BadInput(f"{DATA} {self.spec}: text and images go through a transformers model folder's "
+                               "tokenizer or image processor, and the model is not one: give its inputs in an .npz")
+            if images:
+                yield from folder_data.image_stacks(images, self.folder, self.specs, self.batch_size)
+            else:
+                yield from folder_data.text_stacks(text, self.folder, self.specs, self.batch_size, self.dynamic,
+                                                   [] if truncated is None else truncated)
+            return
         where, attr = _located(self.spec, DATA)
         if attr is not None:
             for k, feed in enumerate(_from_callable(where, attr, DATA)):
@@ -323,6 +341,13 @@ class DataSet:
 
     def files(self) -> list[Path]:
         """The files the data is read from (the callable's: its module)."""
+        from exporter import folder_data
+
+        images = folder_data.images_in(Path(self.spec))
+        if images:
+            return images
+        if folder_data.is_text(Path(self.spec)):
+            return [Path(self.spec)]
         where, _ = _located(self.spec, DATA)
         if where.is_dir():
             return sorted(p for p in where.iterdir() if p.suffix in (".npz", ".npy"))

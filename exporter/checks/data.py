@@ -12,6 +12,7 @@ repeated to fill the last batch, each input's range) and each output's statistic
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -36,7 +37,10 @@ class OnData:
 def read_data(run: Verification, dynamic: set[tuple[str, int]]) -> DataSet:
     """The --data samples, every one read and checked against the source's inputs (BadInput naming
     the file, the input and what is wrong), recorded in the report."""
-    data = DataSet(run.options["data"], run.source.inputs, dynamic, cast=run.options["data_cast"])
+    from exporter.model_folders import is_model_folder
+
+    folder = Path(run.source.spec) if is_model_folder(Path(run.source.spec)) else None
+    data = DataSet(run.options["data"], run.source.inputs, dynamic, cast=run.options["data_cast"], folder=folder)
     data.scan()
     run.of(OnData).data = data
     run.report.data = {
@@ -46,6 +50,10 @@ def read_data(run: Verification, dynamic: set[tuple[str, int]]) -> DataSet:
         "filled": data.filled, "shapes": data.shapes,
         "inputs": {name: {"min": low, "max": high} for name, (low, high) in data.ranges.items()},
     }
+    if data.truncated:
+        run.report.data["truncated"] = data.truncated
+        run.report.notes.append(f"--data: {len(data.truncated)} text sample(s) longer than the export's "
+                                f"{data.specs[0].shape[1]} tokens, cut there (first: sample {data.truncated[0]})")
     if data.filled:
         run.report.notes.append(f"--data: {data.samples} sample(s) are not a multiple of the batch size "
                                 f"{data.batch_size}: {data.filled} repeated to fill the last batch(es), not counted")

@@ -3,6 +3,7 @@ with statistics per sample and the worst sample localised. The oracles run the s
 artifact by hand (torch, onnxruntime) or hash the data file themselves."""
 
 import hashlib
+import json
 
 import numpy as np
 import onnx
@@ -186,3 +187,113 @@ def test_the_cli_takes_data_and_prints_the_worst_sample(shared_artifact, tmp_pat
 
     assert result.returncode == 0, result.stderr
     assert f"on {data}: 16 sample(s) in 2 batch(es), every output within tolerance" in result.stdout + result.stderr
+
+
+@pytest.fixture(scope="module")
+def bert_folder(tmp_path_factory):
+    """transformers' BertForSequenceClassification saved with a WordPiece tokenizer of its vocabulary."""
+    from transformers import BertTokenizerFast
+
+    from fixtures.models.hf_folders import save_folder
+
+    root = tmp_path_factory.mktemp("bert")
+    folder = save_folder("bert-text-classification", root / "bert")
+    vocab = root / "vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *(f"w{i}" for i in range(95))]))
+    BertTokenizerFast(str(vocab)).save_pretrained(str(folder))
+    return folder
+
+
+SENTENCES = ["w1 w2 w3", "w4", "w5 w6 w7 w8 w9 w10 w11", "w12 w13", "w14 w15 w16 w17"]
+
+
+def test_a_bert_folder_is_verified_on_sentences_through_its_tokenizer(bert_folder, tmp_path):
+    from transformers import AutoTokenizer
+
+    lines = [json.dumps(SENTENCES[0]), json.dumps({"text": SENTENCES[1], "label": 0}), "",
+             *(json.dumps({"text": s}) for s in SENTENCES[2:])]
+    (tmp_path / "sentences.jsonl").write_text("\n".join(lines) + "\n")
+
+    report = api.export(str(bert_folder), to="onnx", opset=17, out=tmp_path / "bert.onnx",
+                        data=str(tmp_path / "sentences.jsonl"))  # a folder's sequence axis is dynamic
+
+    assert report.exit_code == 0, report.summary_lines()
+    assert report.data["samples"] == len(SENTENCES)
+    # Each batch padded to its longest sentence, as the tokenizer pads: the lengths the data has.
+    tokenizer = AutoTokenizer.from_pretrained(str(bert_folder))
+    batch = report.data["batch_size"]
+    lengths = {max(len(tokenizer(s)["input_ids"]) for s in SENTENCES[k:k + batch])
+               for k in range(0, len(SENTENCES), batch)}
+    assert {shape["input_ids"][1] for shape in report.data["shapes"]} == lengths
+    [stats] = report.data["outputs"]
+    assert stats["samples"] == len(SENTENCES) and stats["samples_out_of_tolerance"] == 0
+
+
+def test_text_longer_than_a_static_export_is_cut_and_counted(bert_folder, tmp_path):
+    from transformers import AutoTokenizer
+
+    sentences = [*SENTENCES, " ".join(f"w{i}" for i in range(40))]
+    (tmp_path / "sentences.txt").write_text("\n".join(sentences) + "\n")
+
+    report = api.export(str(bert_folder), to="tflite", out=tmp_path / "bert.tflite",  # static shapes only
+                        data=str(tmp_path / "sentences.txt"))
+
+    assert report.exit_code == 0, report.summary_lines()
+    [shape] = report.data["shapes"]
+    length = shape["input_ids"][1]
+    tokenizer = AutoTokenizer.from_pretrained(str(bert_folder))
+    longer = [k for k, sentence in enumerate(sentences) if len(tokenizer(sentence)["input_ids"]) > length]
+    assert len(sentences) - 1 in longer and report.data["truncated"] == longer
+
+
+def test_text_for_a_model_that_is_no_folder_is_exit_2(shared_artifact, tmp_path):
+    artifact = shared_artifact(tmp_path, MLP, "mlp.onnx", to="onnx", opset=17)
+    (tmp_path / "text.txt").write_text("a sentence\n")
+
+    report = api.verify(artifact, source=MLP, data=str(tmp_path / "text.txt"))
+
+    assert report.exit_code == 2 and "tokenizer or image processor" in report.failures[0].message
+
+
+def test_a_vit_folder_is_verified_on_png_images_through_its_image_processor(tmp_path):
+    from PIL import Image
+    from transformers import AutoImageProcessor, ViTImageProcessor
+
+    from fixtures.models.hf_folders import save_folder
+
+    folder = save_folder("vit-image-classification", tmp_path / "vit")
+    ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(str(folder))
+    images = tmp_path / "images"
+    images.mkdir()
+    rng = np.random.default_rng(5)
+    for k, size in enumerate([(40, 48), (32, 32), (64, 20)]):
+        Image.fromarray(rng.integers(0, 256, (*size, 3), dtype=np.uint8)).save(images / f"{k}.png")
+    (images / "notes.txt").write_text("not an image: left out")
+
+    report = api.export(str(folder), to="onnx", opset=17, out=tmp_path / "vit.onnx", data=str(images))
+
+    assert report.exit_code == 0, report.summary_lines()
+    assert report.data["samples"] == 3 and [f["path"] for f in report.data["files"]] == \
+        [str(images / f"{k}.png") for k in range(3)]
+    processor = AutoImageProcessor.from_pretrained(str(folder))
+    pixels = processor(images=[Image.open(images / f"{k}.png").convert("RGB") for k in range(3)],
+                       return_tensors="np")["pixel_values"]
+    assert report.data["inputs"]["pixel_values"] == pytest.approx({"min": float(pixels.min()),
+                                                                   "max": float(pixels.max())})
+
+
+def test_an_unreadable_image_is_exit_2_naming_it(tmp_path):
+    from transformers import ViTImageProcessor
+
+    from fixtures.models.hf_folders import save_folder
+
+    folder = save_folder("vit-image-classification", tmp_path / "vit")
+    ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(str(folder))
+    images = tmp_path / "images"
+    images.mkdir()
+    (images / "0.png").write_bytes(b"not a png")
+
+    report = api.export(str(folder), to="onnx", opset=17, out=tmp_path / "vit.onnx", data=str(images))
+
+    assert report.exit_code == 2
+    assert report.failures[0].message.startswith(f"--data {images / '0.png'}: unreadable image")
