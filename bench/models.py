@@ -28,6 +28,15 @@ def bert_tiny():
     return model, {"input_ids": ids, "attention_mask": torch.ones(2, 16, dtype=torch.int64)}
 
 
+def bert_tiny_seq128():
+    """The tiny BERT of bert_tiny on BERT-sized inputs: eight sequences of 128 tokens."""
+    import torch
+
+    model, _ = bert_tiny()
+    ids = torch.randint(0, 1000, (8, BERT_SEQ), generator=torch.Generator().manual_seed(1))
+    return model, {"input_ids": ids, "attention_mask": torch.ones(8, BERT_SEQ, dtype=torch.int64)}
+
+
 def keras_bert_sized():
     """A BERT-base-sized Keras encoder (12 layers, hidden 768, 12 heads, GELU MLP of 3072),
     one sequence of 128 positions of float embeddings."""

@@ -11,7 +11,7 @@ from pathlib import Path
 from exporter import quantization
 from exporter.artifact_record import artifact_info, hash_in_background, record_artifact
 from exporter.checks import JUDGING_STEPS, PRECISION_STEPS, SOURCE_STEPS
-from exporter.checks.data import read_data
+from exporter.checks.data import CALIBRATION_PART, PART_NAMES, VERIFICATION_PART, data_set, read_data
 from exporter.checks.gelu import Gelu
 from exporter.checks.outputs import compare_outputs
 from exporter.checks.sizes import Sizes
@@ -129,15 +129,24 @@ def _load_source(run: Export) -> None:
             raise BadInput(f"--dynamic {axis.input}:{axis.axis}: {axis.input} has {ranks[axis.input]} axes "
                            f"(0 to {ranks[axis.input] - 1})")
     declared = _declared_dynamic(run)
-    data = None
+    dynamic = {(a.input, a.axis) for a in [*declared, *sizes.axes]}
+    data = calibration_data = None
+    # An int8 export on --data alone calibrates on some samples and is verified on the others.
+    split = options["data"] is not None and options["quantize"] == "int8" and options["calibration"] is None
     if options["data"]:
         with about("data"):
-            data = read_data(run, {(a.input, a.axis) for a in [*declared, *sizes.axes]})
+            data = read_data(run, dynamic, VERIFICATION_PART if split else None)
+            calibration_data = data_set(run, dynamic, CALIBRATION_PART) if split else None
     make_feeds(run, data)
     sizes.axes = name_symbols([*declared, *sizes.axes], run.feeds[0])
     if options["quantize"] == "int8":
+        part = (calibration_data, f"{options['data']} ({PART_NAMES[CALIBRATION_PART]} samples)") if split else None
         run.calibration_feeds, calibration = quantization.calibration_feeds(run.source, options["calibration"],
-                                                                        options["seed"], sizes.axes)
+                                                                        options["seed"], sizes.axes, part)
+        if split:
+            run.report.notes.append(f"int8: calibrated on the {PART_NAMES[CALIBRATION_PART]} samples of --data "
+                                    f"({calibration_data.samples}), verified on the {PART_NAMES[VERIFICATION_PART]} "
+                                    f"({data.samples}): give --calibration to calibrate on other data")
         run.report.quantization["calibration"] = calibration
         if calibration["random"]:
             run.report.notes.append(quantization.random_calibration_note(calibration))

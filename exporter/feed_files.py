@@ -205,25 +205,30 @@ def _valid(feed: dict, specs: list[InputSpec], dynamic: set[tuple[str, int]], or
 
 @dataclass
 class DataBatch:
-    """One batch of --data: the feed, the number of its first sample (samples count from 0), and
-    how many of its samples are the data's own (the rest repeat them to fill a static batch)."""
+    """One batch of --data: the feed, and the numbers of the samples its rows hold (samples count
+    from 0 in the data's order); rows past them repeat them to fill a static batch."""
 
     feed: dict[str, np.ndarray]
-    first: int
-    count: int
+    numbers: list[int]
+
+    @property
+    def count(self) -> int:
+        return len(self.numbers)
 
 
 @dataclass
 class DataSet:
     """The samples --data names (see the module's docstring), checked against the model's inputs
-    `specs` by `scan`, then streamed by `batches`. `dynamic`: (input, axis) pairs whose size may
-    differ between samples; `cast`: --data-cast."""
+    `specs` by `scan`, then streamed by `batches_of`. `dynamic`: (input, axis) pairs whose size may
+    differ between samples; `cast`: --data-cast; `part`: (n, k) keeps the samples whose number is
+    k modulo n (an int8 export calibrates on some samples and verifies on the others)."""
 
     spec: str
     specs: list[InputSpec]
     dynamic: set[tuple[str, int]] = field(default_factory=set)
     cast: bool = False
     folder: Path | None = None  # a transformers model folder: text and images go through its processing
+    part: tuple[int, int] | None = None
     truncated: list[int] = field(default_factory=list)  # text samples cut to the export's length
     samples: int = 0
     batches: int = 0
@@ -257,7 +262,7 @@ class DataSet:
                     old = self.ranges.get(name, (low, high))
                     self.ranges[name] = (min(old[0], low), max(old[1], high))
         if not self.samples:
-            raise BadInput(f"{DATA} {self.spec}: no samples in it")
+            raise BadInput(f"{DATA} {self.spec}: no samples in it" + (" for this part" if self.part else ""))
 
     def batches_of(self, truncated: list[int] | None = None) -> Iterator[DataBatch]:
         """The samples in batches of the model's batch size, in order; consecutive samples of the
@@ -265,7 +270,8 @@ class DataSet:
         samples cut to the export's length are appended to `truncated`)."""
         size = self.batch_size
         pending: list[dict[str, np.ndarray]] = []
-        held = first = 0
+        numbers: list[int] = []
+        number = 0  # of the next sample read
         for stack, origin in self._stacks(truncated):
             stack = {name: _one_sample_stacked(array, self.specs, name) for name, array in stack.items()}
             dtypes = _valid(stack, self.specs, self.dynamic, origin, DATA, self.cast, samples_first=True)
@@ -275,27 +281,22 @@ class DataSet:
                 raise BadInput(f"{DATA} {origin}: the inputs hold different numbers of samples ({found})")
             count = counts.pop()
             if pending and _sample_shapes(pending[0]) != _sample_shapes(stack):
-                yield DataSet._filled(pending, first, held, size)
-                first, pending, held = first + held, [], 0
-            start = 0
-            while start < count:
-                take = min(size - held, count - start)
-                pending.append({name: np.array(stack[name][start:start + take], dtype=dtype)
-                                for name, dtype in dtypes.items()})
-                held, start = held + take, start + take
-                if held == size:
-                    yield DataBatch(_joined(pending), first, size)
-                    first, pending, held = first + size, [], 0
+                yield _filled(pending, numbers, size)
+                pending, numbers = [], []
+            for start in range(0, count, size):  # read in slices of a batch at most
+                rows = np.arange(start, min(start + size, count))
+                kept = rows if self.part is None else rows[(number + rows) % self.part[0] == self.part[1]]
+                sliced = {name: np.array(stack[name][start:start + len(rows)], dtype=dtype)
+                          for name, dtype in dtypes.items()}
+                for row in kept:
+                    pending.append({name: array[row - start:row - start + 1] for name, array in sliced.items()})
+                    numbers.append(number + int(row))
+                    if len(numbers) == size:
+                        yield DataBatch(_joined(pending), numbers)
+                        pending, numbers = [], []
+            number += count
         if pending:
-            yield DataSet._filled(pending, first, held, size)
-
-    @staticmethod
-    def _filled(pending: list[dict], first: int, held: int, size: int) -> DataBatch:
-        feed = _joined(pending)
-        if held < size:
-            repeat = np.arange(size) % held
-            feed = {name: array[repeat] for name, array in feed.items()}
-        return DataBatch(feed, first, held)
+            yield _filled(pending, numbers, size)
 
     def _stacks(self, truncated: list[int] | None = None) -> Iterator[tuple[dict[str, np.ndarray], str]]:
         """Each array group of the spec as stored, samples on axis 0, read when it is reached."""
@@ -352,6 +353,15 @@ class DataSet:
         if where.is_dir():
             return sorted(p for p in where.iterdir() if p.suffix in (".npz", ".npy"))
         return [where]
+
+
+def _filled(pending: list[dict], numbers: list[int], size: int) -> DataBatch:
+    """The pending samples as a batch, repeated to `size` rows."""
+    feed = _joined(pending)
+    if len(numbers) < size:
+        repeat = np.arange(size) % len(numbers)
+        feed = {name: array[repeat] for name, array in feed.items()}
+    return DataBatch(feed, numbers)
 
 
 def _sample_shapes(feed: dict[str, np.ndarray]) -> dict[str, tuple[int, ...]]:

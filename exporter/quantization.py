@@ -28,10 +28,15 @@ def check_integer_options(quantize: str | None, io: str, calibration: str | None
                        option=needs_int8[0])
 
 
-def calibration_feeds(source: Source, spec: str | None, seed: int, axes=()) -> tuple[list[dict], dict]:
+def calibration_feeds(source: Source, spec: str | None, seed: int, axes=(), data=None) -> tuple[list[dict], dict]:
     """The feeds an int8 export is calibrated on, and how the report describes them: the user's
-    data (sizes along the dynamic `axes` free), or seeded random batches (a different seed from
-    the verification batches')."""
+    --calibration data (sizes along the dynamic `axes` free), `data` ((an exporter.feed_files.DataSet
+    of the --data samples it calibrates on, what to call them)), or seeded random batches (a
+    different seed from the verification batches')."""
+    if spec is None and data is not None:
+        samples, called = data
+        feeds = [batch.feed for batch in samples.batches_of()]
+        return feeds, {"source": called, "batches": len(feeds), "samples": samples.samples, "random": False}
     if spec is not None:
         from exporter.feed_files import load_calibration
 

@@ -155,7 +155,7 @@ def make_feeds(run: Verification, data: DataSet | None = None) -> None:
         first = next(data.batches_of())
         run.feeds = [first.feed]
         [record] = feeds_record(run.source, run.feeds, run.options["seed"])
-        record["origin"] = f"--data {data.spec}, samples 0 to {first.count - 1}"
+        record["origin"] = f"--data {data.spec}, samples {', '.join(map(str, first.numbers))}"
         run.report.feeds = [record]
         return
     run.feeds = make_batches(run.source, run.options["seed"], batches)

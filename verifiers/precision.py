@@ -161,3 +161,12 @@ def _rank_incompatibilities(target: Target, activations) -> list[Incompatibility
                 f"{target.name} {fact_text(target, fact, value)}"
             ), {"tensors": tensors, "fact": fact, fact: value, "sources": fact_sources(target, fact)}))
     return out
+
+
+def representable(scale: float, zero_point: int, dtype: str) -> tuple[float, float]:
+    """The real values an integer tensor of `dtype` with this scale and zero point holds: what
+    its calibration chose for it (values beyond are clamped)."""
+    import numpy as np
+
+    info = np.iinfo(np.dtype(dtype))
+    return (float((info.min - zero_point) * scale), float((info.max - zero_point) * scale))

@@ -68,18 +68,17 @@ class OutputStatistics:
     noise: float = 0.0
     shape_differs: tuple[list[int], list[int]] | None = None
 
-    def add(self, ref: np.ndarray, art: np.ndarray, first: int, count: int) -> None:
-        """A batch's outputs, its samples numbered from `first`, its first `count` rows the data's
-        own (the rest fill a static batch and are not counted)."""
+    def add(self, ref: np.ndarray, art: np.ndarray, numbers: list[int]) -> None:
+        """A batch's outputs, its first rows the samples `numbers` (the rest fill a static batch
+        and are not counted); an output without a row per sample counts as its first sample."""
         if ref.shape != art.shape:
             self.shape_differs = self.shape_differs or (list(ref.shape), list(art.shape))
             return
-        per_sample = ref.ndim > 0 and ref.shape[0] >= count
-        rows = range(count) if per_sample else range(1)
-        for row in rows:
-            r = ref[row].astype(np.float64) if per_sample else ref.astype(np.float64)
-            a = art[row].astype(np.float64) if per_sample else art.astype(np.float64)
-            self._sample(r, a, first + row)
+        if ref.ndim == 0 or ref.shape[0] < len(numbers):
+            self._sample(ref.astype(np.float64), art.astype(np.float64), numbers[0])
+            return
+        for row, number in enumerate(numbers):
+            self._sample(ref[row].astype(np.float64), art[row].astype(np.float64), number)
 
     def _sample(self, ref: np.ndarray, art: np.ndarray, sample: int) -> None:
         self.samples += 1

@@ -17,10 +17,11 @@ from pathlib import Path
 import numpy as np
 
 from exporter.checks.outputs import Outputs
+from exporter.checks.quantization import integer_artifact
 from exporter.digests import sha256
 from exporter.feed_files import DataSet
 from exporter.verification import Check, Verification, runs_the_artifact
-from verifiers.judging import run_artifact
+from verifiers.judging import named_feed, run_artifact
 from verifiers.sample_statistics import OutputStatistics
 from verifiers.steps import Step, count
 
@@ -29,19 +30,32 @@ from verifiers.steps import Step, count
 class OnData:
     data: DataSet | None = None
     statistics: list[OutputStatistics] = field(default_factory=list)
-    # The batch that holds the worst sample of the first failing output: (feed, the source's
-    # outputs on it, that sample's number, the batch's first sample's).
-    worst: tuple[dict, list, int, int] | None = None
+    # The batch that holds the worst sample so far: (feed, the source's outputs on it, that
+    # sample's number, the numbers of the batch's samples).
+    worst: tuple[dict, list, int, list[int]] | None = None
 
 
-def read_data(run: Verification, dynamic: set[tuple[str, int]]) -> DataSet:
-    """The --data samples, every one read and checked against the source's inputs (BadInput naming
-    the file, the input and what is wrong), recorded in the report."""
+# An int8 export given --data and no --calibration: (n, k) parts of the samples, by number modulo n.
+CALIBRATION_PART, VERIFICATION_PART = (2, 0), (2, 1)
+PART_NAMES = {CALIBRATION_PART: "even-numbered", VERIFICATION_PART: "odd-numbered"}
+
+
+def data_set(run: Verification, dynamic: set[tuple[str, int]], part: tuple[int, int] | None = None) -> DataSet:
+    """The --data samples (or `part` of them), every one read and checked against the source's
+    inputs (BadInput naming the file, the input and what is wrong)."""
     from exporter.model_folders import is_model_folder
 
     folder = Path(run.source.spec) if is_model_folder(Path(run.source.spec)) else None
-    data = DataSet(run.options["data"], run.source.inputs, dynamic, cast=run.options["data_cast"], folder=folder)
+    data = DataSet(run.options["data"], run.source.inputs, dynamic, cast=run.options["data_cast"], folder=folder,
+                   part=part)
     data.scan()
+    return data
+
+
+def read_data(run: Verification, dynamic: set[tuple[str, int]], part: tuple[int, int] | None = None) -> DataSet:
+    """The samples the artifact is verified on (`part` of --data: the rest calibrated an int8
+    export), recorded in the report."""
+    data = data_set(run, dynamic, part)
     run.of(OnData).data = data
     run.report.data = {
         "spec": data.spec,
@@ -49,6 +63,7 @@ def read_data(run: Verification, dynamic: set[tuple[str, int]]) -> DataSet:
         "samples": data.samples, "batches": data.batches, "batch_size": data.batch_size,
         "filled": data.filled, "shapes": data.shapes,
         "inputs": {name: {"min": low, "max": high} for name, (low, high) in data.ranges.items()},
+        **({"verified_on": f"the {PART_NAMES[part]} samples"} if part else {}),
     }
     if data.truncated:
         run.report.data["truncated"] = data.truncated
@@ -60,15 +75,46 @@ def read_data(run: Verification, dynamic: set[tuple[str, int]]) -> DataSet:
     return data
 
 
+def _outside_calibration(run: Verification, ranges: dict, batch, found: dict) -> None:
+    """Count the samples of `batch` whose inputs reach beyond the range the artifact's calibration
+    chose for them, by more than one quantization step (values beyond are clamped: within a step,
+    no worse than rounding)."""
+    feed = named_feed(run.runner, batch.feed)
+    for name, (low, high) in ranges.items():
+        if name not in feed:
+            continue
+        margin = (high - low) / 255
+        values = np.asarray(feed[name], np.float64)
+        for row, number in enumerate(batch.numbers):
+            sample = values[row] if values.ndim else values
+            lo, hi = float(sample.min()), float(sample.max())
+            if lo >= low - margin and hi <= high + margin:
+                continue
+            entry = found.setdefault(name, {"input": name, "range": [low, high], "samples": 0, "first_sample": number,
+                                            "reach": [lo, hi]})
+            entry["samples"] += 1
+            entry["reach"] = [min(entry["reach"][0], lo), max(entry["reach"][1], hi)]
+
+
+def _outside_message(entry: dict) -> str:
+    low, high = entry["range"]
+    return (f"input {entry['input']}: {entry['samples']} sample(s) lie outside the calibration range [{low:.4g}, "
+            f"{high:.4g}] (first: sample {entry['first_sample']}; values from {entry['reach'][0]:.4g} to "
+            f"{entry['reach'][1]:.4g})")
+
+
 def _judge_on_data(run: Verification) -> None:
     state = run.of(OnData)
     comparison = run.of(Outputs).comparison
     variants = run.runner.variants
     statistics: dict[tuple[int, str], OutputStatistics] = {}
+    ranges = run.artifact.input_ranges() if integer_artifact(run) else {}
+    outside: dict[str, dict] = {}
     worst_seen = -1.0
     done = 0
     for batch in state.data.batches_of():
         count(run.progress, "batches", done, state.data.batches)
+        _outside_calibration(run, ranges, batch, outside)
         names, _, reference = run.source.run(batch.feed)
         outputs = run_artifact(run.runner, batch.feed)
         for variant in variants:
@@ -79,21 +125,27 @@ def _judge_on_data(run: Verification) -> None:
                     statistics[key] = OutputStatistics(
                         names[ref_index], variant if len(variants) > 1 else None,
                         run.tolerances.for_output(names[ref_index], ref.dtype))
-                statistics[key].add(np.asarray(ref), np.asarray(art), batch.first, batch.count)
+                statistics[key].add(np.asarray(ref), np.asarray(art), batch.numbers)
         primary = [s for (_, variant), s in statistics.items() if variant == variants[0]]
         worst = max((s.max_abs.worst for s in primary if s.max_abs.worst is not None), default=-1.0)
         if worst > worst_seen:  # the batch holding the worst sample so far: kept for the localisation
             worst_seen = worst
             sample = max(primary, key=lambda s: s.max_abs.worst or 0.0).max_abs.worst_sample
-            state.worst = ({k: v.copy() for k, v in batch.feed.items()}, reference, sample, batch.first)
+            state.worst = ({k: v.copy() for k, v in batch.feed.items()}, reference, sample, batch.numbers)
         done += 1
     count(run.progress, "batches", done, state.data.batches)
     state.statistics = list(statistics.values())
     run.report.data["outputs"] = [s.record() for s in state.statistics]
     where = run.options["data"]
+    if outside:
+        run.report.data["outside_calibration"] = list(outside.values())
+        run.report.notes.extend(f"--data: {_outside_message(entry)}" for entry in outside.values())
     for stats in state.statistics:
         finding = stats.finding(where, run.tolerances.integer)
         if finding is not None:
+            if outside and run.tolerances.integer is not None:
+                finding.message += "; " + "; ".join(_outside_message(entry) for entry in outside.values())
+                finding.data["outside_calibration"] = list(outside)
             run.report.failures.append(finding)
     run.report.verified = True
 

@@ -54,9 +54,8 @@ def failing_batch(report: Report, feeds: list[dict], reference: list, sized: dic
     failures = numeric_failures(report)
     first = failures[0] if failures else None
     if first is not None and first.data.get("data") and on_data is not None:
-        feed, outputs, sample, start = on_data
-        return feed, outputs, f"the --data batch of samples {start} to {start + len(next(iter(feed.values()))) - 1} " \
-                              f"(worst: sample {sample})"
+        feed, outputs, sample, numbers = on_data
+        return feed, outputs, f"the --data batch of samples {', '.join(map(str, numbers))} (worst: sample {sample})"
     if first is not None and "dynamic" in first.data:
         symbol, size = first.data["dynamic"]["symbol"], first.data["dynamic"]["size"]
         if (symbol, size) in sized:

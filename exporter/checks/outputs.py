@@ -20,9 +20,17 @@ def reference(run: Verification) -> None:
 
 
 def compare_outputs(run: Verification) -> None:
+    before = len(run.report.failures)
     run.of(Outputs).comparison = compare(run.report, run.runner, run.feeds, run.reference, run.tolerances,
                                          run.progress)
     run.report.verified = True
+    if run.options["data"] and run.tolerances.integer is not None:
+        # An int8 artifact is judged on the data (exporter.checks.data): its calibration chose the
+        # ranges the data has, which example or random inputs need not keep to.
+        set_aside = run.report.failures[before:]
+        del run.report.failures[before:]
+        run.report.notes.extend(f"int8 artifact judged on --data alone; on the batches besides it: {f.message}"
+                                for f in set_aside)
 
 
 CHECK = Check(

@@ -297,3 +297,41 @@ def test_an_unreadable_image_is_exit_2_naming_it(tmp_path):
 
     assert report.exit_code == 2
     assert report.failures[0].message.startswith(f"--data {images / '0.png'}: unreadable image")
+
+
+def test_an_int8_export_on_data_calibrates_on_some_samples_and_is_verified_on_the_others(tmp_path):
+    rng = np.random.default_rng(6)
+    np.savez(tmp_path / "data.npz", input=rng.uniform(0, 1, (64, 16)).astype(np.float32))
+
+    report = api.export(MLP, to="onnx", opset=17, quantize="int8", out=tmp_path / "int8.onnx",
+                        data=str(tmp_path / "data.npz"))
+
+    assert report.exit_code == 0, report.summary_lines()
+    assert report.quantization["calibration"]["samples"] == 32 and "even-numbered" in \
+        report.quantization["calibration"]["source"]
+    assert report.data["samples"] == 32 and report.data["verified_on"] == "the odd-numbered samples"
+    [stats] = report.data["outputs"]
+    assert stats["sqnr_db_all_samples"] >= 20
+    # The example inputs (random normals) lie outside the calibrated range: noted, not judged.
+    assert any("judged on --data alone" in note for note in report.notes)
+
+
+def test_int8_data_beyond_the_calibrated_range_is_named_as_such(tmp_path):
+    rng = np.random.default_rng(7)
+    np.savez(tmp_path / "calibration.npz", input=rng.uniform(0, 1, (32, 16)).astype(np.float32))
+    np.savez(tmp_path / "like_it.npz", input=rng.uniform(0, 1, (16, 16)).astype(np.float32))
+    exported = api.export(MLP, to="onnx", opset=17, quantize="int8", out=tmp_path / "int8.onnx",
+                          calibration=str(tmp_path / "calibration.npz"), data=str(tmp_path / "like_it.npz"))
+    assert exported.exit_code == 0, exported.summary_lines()
+    # Samples 0 to 2 like the calibration data, the rest reaching five times as far.
+    other = np.concatenate([rng.uniform(0, 1, (3, 16)), rng.uniform(0, 5, (13, 16))]).astype(np.float32)
+    np.savez(tmp_path / "other.npz", input=other)
+
+    report = api.verify(tmp_path / "int8.onnx", source=MLP, data=str(tmp_path / "other.npz"))
+
+    assert report.exit_code == 1, report.summary_lines()
+    [entry] = report.data["outside_calibration"]
+    assert (entry["input"], entry["first_sample"], entry["samples"]) == ("input", 3, 13)
+    assert entry["range"][1] == pytest.approx(1.0, abs=0.05)  # what the calibration data reached
+    [finding] = [f for f in report.failures if f.data.get("data")]
+    assert "SQNR" in finding.message and "13 sample(s) lie outside the calibration range" in finding.message

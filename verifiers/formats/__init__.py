@@ -69,6 +69,11 @@ class Artifact:
         outputs' quantization and every op that computes on a float tensor."""
         raise NotImplementedError
 
+    def input_ranges(self) -> dict[str, tuple[float, float]]:
+        """The real range each input of a quantized artifact can take (what its calibration chose:
+        values beyond are clamped), by input name; {} where none is quantized."""
+        return {}
+
     def int8_spec_violations(self) -> list | None:
         """Where a quantized artifact departs from its format's int8 quantization spec; None where
         no such spec is checked (the report then has no spec_violations field)."""

@@ -32,7 +32,7 @@ from verifiers.onnx_model import (
     relocate_external_data,
     Structure,
 )
-from verifiers.formats.onnx.precision import onnx_dynamic_axes, onnx_node_labels, onnx_precision
+from verifiers.formats.onnx.precision import onnx_dynamic_axes, onnx_input_ranges, onnx_node_labels, onnx_precision
 from verifiers.precision import Precision, integer_device_incompatibilities
 from verifiers.target_facts import (
     Hits,
@@ -97,6 +97,9 @@ class OnnxArtifact(Artifact):
 
     def precision(self) -> Precision:
         return malformed_onnx_is_bad_input(self.path, onnx_precision, self.model)
+
+    def input_ranges(self) -> dict[str, tuple[float, float]]:
+        return malformed_onnx_is_bad_input(self.path, onnx_input_ranges, self.model)
 
     def check_target(self, target: Target) -> list[Incompatibility]:
         return malformed_onnx_is_bad_input(self.path, _check_onnx, self.model, target)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from verifiers.precision import FLOAT_DTYPES, FloatOp, Precision, QuantizedIO, mode_of
+from verifiers.precision import FLOAT_DTYPES, FloatOp, Precision, QuantizedIO, mode_of, representable
 
 _QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
 _SHAPE_ONLY_OPS = frozenset({"Shape", "Size", "Constant"})  # read a shape, or hold a constant
@@ -70,3 +70,27 @@ def onnx_dynamic_axes(model) -> list[tuple[str, int]]:
     initializers = {t.name for t in model.graph.initializer}
     return [(v.name, axis) for v in model.graph.input if v.name not in initializers
             for axis, dim in enumerate(v.type.tensor_type.shape.dim) if not dim.HasField("dim_value")]
+
+
+def onnx_input_ranges(model) -> dict[str, tuple[float, float]]:
+    """The real range each float input can take once quantized, by input name: that of the
+    QuantizeLinear the model applies to it first (per-tensor scale and zero point, constants)."""
+    from onnx import helper, numpy_helper
+
+    constants = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    for node in model.graph.node:
+        if node.op_type == "Constant" and node.attribute:
+            constants[node.output[0]] = numpy_helper.to_array(helper.get_attribute_value(node.attribute[0]))
+    inputs = {v.name for v in model.graph.input} - set(constants)
+    ranges = {}
+    for node in model.graph.node:
+        if node.op_type != "QuantizeLinear" or node.input[0] not in inputs or node.input[0] in ranges:
+            continue
+        scale = constants.get(node.input[1])
+        zero = constants.get(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+        if scale is None or scale.size != 1 or (zero is not None and zero.size != 1):
+            continue
+        dtype = zero.dtype.name if zero is not None else "uint8"
+        ranges[node.input[0]] = representable(float(scale.reshape(())), int(zero.reshape(())) if zero is not None
+                                              else 0, dtype)
+    return ranges

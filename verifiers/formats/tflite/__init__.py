@@ -14,7 +14,8 @@ from typing import Any, Callable
 
 from verifiers.errors import BadInput
 from verifiers.formats import Artifact, ArtifactFormat
-from verifiers.formats.tflite.precision import tflite_activation_shapes, tflite_dynamic_axes, tflite_precision
+from verifiers.formats.tflite.precision import (tflite_activation_shapes, tflite_dynamic_axes, tflite_input_ranges,
+                                               tflite_precision)
 from verifiers.precision import Precision, integer_device_incompatibilities
 from verifiers.target_facts import (
     Hits,
@@ -74,6 +75,9 @@ class TfliteArtifact(Artifact):
 
     def precision(self) -> Precision:
         return tflite_precision(self.model, _tflite_labels(self.model)[0])
+
+    def input_ranges(self) -> dict[str, tuple[float, float]]:
+        return tflite_input_ranges(self.model)
 
     def int8_spec_violations(self) -> list:
         from verifiers.formats.tflite.int8_spec import int8_spec_violations

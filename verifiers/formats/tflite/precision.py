@@ -4,7 +4,7 @@ activation shapes the integer-device checks read."""
 
 from __future__ import annotations
 
-from verifiers.precision import FLOAT_DTYPES, FloatOp, Precision, QuantizedIO, mode_of
+from verifiers.precision import FLOAT_DTYPES, FloatOp, Precision, QuantizedIO, mode_of, representable
 
 
 def tflite_precision(model, labels: list[list[str]]) -> Precision:
@@ -82,3 +82,22 @@ def tflite_activation_shapes(model) -> list[tuple[str, tuple[int, ...]]]:
     sg = model.subgraphs[0]
     used = sorted({t for op in sg.operators for t in (*op.inputs, *op.outputs) if t >= 0})
     return [(sg.tensors[t].name, sg.tensors[t].dims) for t in used if model.buffers[sg.tensors[t].buffer][1] == 0]
+
+
+def tflite_input_ranges(model) -> dict[str, tuple[float, float]]:
+    """The real range each quantized input can take, by input name: the input's own scale (integer
+    I/O), or that of the QUANTIZE the model applies to its float input first."""
+    sg = model.subgraphs[0]
+    ranges = {}
+    for index in (i for i in sg.inputs if i >= 0):
+        tensor = sg.tensors[index]
+        if not (tensor.quantized and tensor.scale):
+            quantize = next((op for op in sg.operators if model.opcode(op).name == "QUANTIZE" and op.inputs
+                             and op.inputs[0] == index), None)
+            if quantize is None:
+                continue
+            tensor = sg.tensors[quantize.outputs[0]]
+            if not (tensor.quantized and tensor.scale):
+                continue
+        ranges[sg.tensors[index].name] = representable(tensor.scale, tensor.zero_point or 0, tensor.dtype)
+    return ranges
