@@ -229,7 +229,7 @@ class Report:
     feeds: list[dict[str, Any]] = field(default_factory=list)
     # --data (exporter.checks.data): {"spec", "files": [{"path", "sha256"}], "samples", "batches",
     # "batch_size", "filled" (samples repeated to fill a batch), "shapes", "inputs": {name: {"min",
-    # "max"}}, "outputs": [{"name", "variant", "samples", "atol", "rtol", "samples_out_of_tolerance",
+    # "max"}}, "outputs": [{"name", "variant", "samples", "atol", "rtol", "samples_out_of_tolerance", "failing_samples",
     # "sqnr_db_all_samples", and per statistic (max_abs, mean_abs, sqnr_db, cosine, top1, top5)
     # {"mean", "worst", "worst_sample"}}]}. Samples are numbered from 0.
     data: dict[str, Any] = field(default_factory=dict)

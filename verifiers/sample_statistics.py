@@ -23,6 +23,9 @@ from verifiers.quantization.metrics import IntegerThresholds, cosine, looks_like
 from verifiers.report import VALUES, Finding
 
 
+FAILING_LISTED = 20  # samples out of tolerance listed by number in the report, per output
+
+
 @dataclass
 class Statistic:
     """One statistic over samples: its mean, its worst value and the sample that has it."""
@@ -63,7 +66,7 @@ class OutputStatistics:
     top5: Statistic = field(default_factory=lambda: Statistic(lower_is_worse=True))
     samples: int = 0
     failing_samples: int = 0
-    first_failing: int | None = None
+    failing: list[int] = field(default_factory=list)  # the first FAILING_LISTED samples out of tolerance
     signal: float = 0.0  # sums of squares over every sample: the SQNR of all of them together
     noise: float = 0.0
     shape_differs: tuple[list[int], list[int]] | None = None
@@ -88,8 +91,8 @@ class OutputStatistics:
         outside = diff > self.tolerance.atol + self.tolerance.rtol * np.where(finite, np.abs(ref), 0.0)
         if outside.any():
             self.failing_samples += 1
-            if self.first_failing is None:
-                self.first_failing = sample
+            if len(self.failing) < FAILING_LISTED:
+                self.failing.append(sample)
         self.max_abs.add(float(diff.max()) if diff.size else 0.0, sample)
         self.mean_abs.add(float(diff.mean()) if diff.size else 0.0, sample)
         self.sqnr_db.add(sqnr_db([ref], [art]), sample)
@@ -116,7 +119,7 @@ class OutputStatistics:
         overall = self.overall_sqnr_db
         return {"name": self.name, "variant": self.variant, "samples": self.samples,
                 "atol": self.tolerance.atol, "rtol": self.tolerance.rtol,
-                "samples_out_of_tolerance": self.failing_samples,
+                "samples_out_of_tolerance": self.failing_samples, "failing_samples": self.failing,
                 "sqnr_db_all_samples": overall if math.isfinite(overall) else None,
                 **{key: stat.record() for key, stat in stats.items() if stat.worst is not None}}
 

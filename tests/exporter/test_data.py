@@ -335,3 +335,40 @@ def test_int8_data_beyond_the_calibrated_range_is_named_as_such(tmp_path):
     assert entry["range"][1] == pytest.approx(1.0, abs=0.05)  # what the calibration data reached
     [finding] = [f for f in report.failures if f.data.get("data")]
     assert "SQNR" in finding.message and "13 sample(s) lie outside the calibration range" in finding.message
+
+
+def test_an_embedding_row_wrong_only_for_tokens_the_data_uses_fails_only_on_the_data(tmp_path):
+    """BERT with a 30,522-token vocabulary (BERT's): three rows of the artifact's word embeddings
+    changed, rows the seeded random ids (a few hundred of 30,522) all but never reach and the
+    data's sentences use."""
+    import onnx.numpy_helper
+    from transformers import AutoTokenizer, BertTokenizerFast
+
+    from fixtures.models.hf_folders import FOLDERS, FolderSpec, save_folder
+
+    spec = FOLDERS["bert-text-classification"]
+    folder = save_folder(FolderSpec(spec.model_type, spec.head, spec.task, {**spec.config, "vocab_size": 30522}),
+                         tmp_path / "bert")
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *(f"w{i}" for i in range(30517))]))
+    BertTokenizerFast(str(vocab)).save_pretrained(str(folder))
+    assert api.export(str(folder), to="onnx", opset=17, out=tmp_path / "bert.onnx").exit_code == 0
+    changed = AutoTokenizer.from_pretrained(str(folder))("w17001 w23002 w29003", add_special_tokens=False)["input_ids"]
+    model = onnx.load(str(tmp_path / "bert.onnx"))
+    [table] = [t for t in model.graph.initializer if list(t.dims)[:1] == [30522]]
+    weights = onnx.numpy_helper.to_array(table).copy()
+    weights[changed] += np.random.default_rng(8).normal(0, 2.0, weights[changed].shape)  # (LayerNorm would undo a shift)
+    table.CopyFrom(onnx.numpy_helper.from_array(weights, table.name))
+    onnx.save(model, str(tmp_path / "changed.onnx"))
+    (tmp_path / "sentences.txt").write_text("w1 w2 w3\nw17001 w5 w23002\nw6 w7\nw29003 w8\n")
+
+    assert api.verify(tmp_path / "changed.onnx", source=str(folder)).exit_code == 0
+
+    report = api.verify(tmp_path / "changed.onnx", source=str(folder), data=str(tmp_path / "sentences.txt"))
+
+    assert report.exit_code == 1, report.summary_lines()
+    [stats] = report.data["outputs"]
+    # Only sentences 1 and 3 hold a changed token; the others run as the source does.
+    assert stats["failing_samples"] and set(stats["failing_samples"]) <= {1, 3}, stats
+    assert stats["max_abs"]["worst_sample"] in stats["failing_samples"]
+    assert report.divergence["first"]["op_type"] == "Gather", report.divergence  # the embedding lookup
