@@ -24,6 +24,32 @@ from verifiers.report import VALUES, Finding
 
 
 FAILING_LISTED = 20  # samples out of tolerance listed by number in the report, per output
+SERIES_POINTS = 1000  # at most this many points of each output's max abs error by sample
+
+
+@dataclass
+class Series:
+    """A value per sample, in order, kept to at most SERIES_POINTS points: when full, neighbouring
+    points merge (their worst kept) and each point stands for twice as many samples."""
+
+    per_point: int = 1
+    points: list[float] = field(default_factory=list)
+    _in_last: int = 0
+
+    def add(self, value: float) -> None:
+        if self.points and self._in_last < self.per_point:
+            self.points[-1] = max(self.points[-1], value)
+            self._in_last += 1
+            return
+        self.points.append(value)
+        self._in_last = 1
+        if len(self.points) > SERIES_POINTS:
+            merged = [max(self.points[k:k + 2]) for k in range(0, len(self.points), 2)]
+            self._in_last = self._in_last + (self.per_point if len(self.points) % 2 == 0 else 0)
+            self.points, self.per_point = merged, 2 * self.per_point
+
+    def record(self) -> dict[str, Any]:
+        return {"samples_per_point": self.per_point, "points": self.points}
 
 
 @dataclass
@@ -67,6 +93,7 @@ class OutputStatistics:
     samples: int = 0
     failing_samples: int = 0
     failing: list[int] = field(default_factory=list)  # the first FAILING_LISTED samples out of tolerance
+    by_sample: Series = field(default_factory=Series)  # max abs error, sample by sample
     signal: float = 0.0  # sums of squares over every sample: the SQNR of all of them together
     noise: float = 0.0
     shape_differs: tuple[list[int], list[int]] | None = None
@@ -94,6 +121,7 @@ class OutputStatistics:
             if len(self.failing) < FAILING_LISTED:
                 self.failing.append(sample)
         self.max_abs.add(float(diff.max()) if diff.size else 0.0, sample)
+        self.by_sample.add(float(diff.max()) if diff.size else 0.0)
         self.mean_abs.add(float(diff.mean()) if diff.size else 0.0, sample)
         self.sqnr_db.add(sqnr_db([ref], [art]), sample)
         self.cosine.add(cosine([ref], [art]), sample)
@@ -121,6 +149,7 @@ class OutputStatistics:
                 "atol": self.tolerance.atol, "rtol": self.tolerance.rtol,
                 "samples_out_of_tolerance": self.failing_samples, "failing_samples": self.failing,
                 "sqnr_db_all_samples": overall if math.isfinite(overall) else None,
+                "max_abs_by_sample": self.by_sample.record(),
                 **{key: stat.record() for key, stat in stats.items() if stat.worst is not None}}
 
     def finding(self, where: str, integer: IntegerThresholds | None) -> Finding | None:

@@ -372,3 +372,29 @@ def test_an_embedding_row_wrong_only_for_tokens_the_data_uses_fails_only_on_the_
     assert stats["failing_samples"] and set(stats["failing_samples"]) <= {1, 3}, stats
     assert stats["max_abs"]["worst_sample"] in stats["failing_samples"]
     assert report.divergence["first"]["op_type"] == "Gather", report.divergence  # the embedding lookup
+
+
+def test_the_html_report_plots_the_error_sample_by_sample(pixel_artifacts, tmp_path):
+    _, clipped, images_file, images = pixel_artifacts
+
+    report = api.verify(clipped, source=PIXELS, data=str(images_file), reports={"html": tmp_path / "r.html"})
+
+    page = (tmp_path / "r.html").read_text()
+    assert "<h3>On the data</h3>" in page and "max |artifact - source| by sample" in page
+    series = report.data["outputs"][0]["max_abs_by_sample"]
+    assert series["samples_per_point"] == 1
+    assert series["points"] == pytest.approx(list(by_hand_max_abs_per_sample(clipped, images)), rel=1e-4)
+
+
+def test_a_long_series_is_kept_to_its_points_each_the_worst_of_its_samples():
+    from verifiers.sample_statistics import SERIES_POINTS, Series
+
+    values = np.random.default_rng(9).uniform(0, 1, 5 * SERIES_POINTS + 7)
+    series = Series()
+    for value in values:
+        series.add(float(value))
+
+    record = series.record()
+    per = record["samples_per_point"]
+    assert len(record["points"]) <= SERIES_POINTS
+    assert record["points"] == [values[k:k + per].max() for k in range(0, len(values), per)]

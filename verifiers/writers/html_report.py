@@ -3,7 +3,8 @@ that a reviewer opens in a browser.
 
 At the top the verdict and a table of the jobs (one for a single command). Per job: its
 failures; each output's error statistics with a histogram of the absolute errors by decade
-against its tolerance; where the difference starts (the first divergence, the ops after it, and
+against its tolerance; with --data, each output's statistics over the samples and its error
+sample by sample; where the difference starts (the first divergence, the ops after it, and
 a plot of the error along the graph's order, that op marked); each GELU site with a plot of what the artifact computed on the probes
 over the source's flavour and the other flavours of the catalogue, and the residuals to each;
 the target checks; notes, timings and versions. Plots are matplotlib figures inlined as SVG
@@ -124,6 +125,8 @@ class _Page:
                 f"<li><b>{_e(f.kind)}</b>: {_e(f.message)}</li>" for f in report.failures) + "</ul>")
         if report.outputs:
             parts.append(self._outputs(report))
+        if report.data.get("outputs"):
+            parts.append(self._data(report.data))
         if report.divergence.get("message"):
             parts.append(self._divergence(report.divergence))
         if report.dynamic:
@@ -163,6 +166,25 @@ class _Page:
         judged_by = ["SQNR dB", "cosine", "top-1 agreement"] if integer else ["out of tolerance", "atol / rtol"]
         parts = ["<h3>Outputs</h3>", _table(["output", "shape", "max abs err", "max rel err", *judged_by, ""], rows)]
         parts += [self.svg(_histogram(prefix + o.name, o)) for prefix, o in runs if o.error_histogram]
+        return "".join(parts)
+
+    def _data(self, data: dict) -> str:
+        """--data: what was fed, each output's statistics over the samples, and its max abs error
+        sample by sample against its tolerance."""
+        fed = f"{data['samples']} sample(s) of <code>{_e(data['spec'])}</code> in {data['batches']} batch(es) of " \
+              f"{data['batch_size']}" + (f", {data['filled']} repeated to fill" if data["filled"] else "")
+
+        def worst(entry: dict | None) -> str:
+            return "" if not entry else f"{_g(entry['worst'])} (sample {entry['worst_sample']})"
+
+        rows = [[_e((o["variant"] + ": " if o["variant"] else "") + o["name"]), _e(o["samples"]),
+                 _e(o["samples_out_of_tolerance"]), _e(worst(o.get("max_abs"))), _e(_g((o.get("mean_abs") or {}).get("mean"))),
+                 _e(worst(o.get("sqnr_db"))), _e(worst(o.get("cosine"))), _e(_g((o.get("top1") or {}).get("mean")))]
+                for o in data["outputs"]]
+        parts = [f"<h3>On the data</h3><p>{fed}</p>",
+                 _table(["output", "samples", "out of tolerance", "max abs err (worst)", "mean abs err (mean)",
+                         "SQNR dB (worst)", "cosine (worst)", "top-1 agreement (mean)"], rows)]
+        parts += [self.svg(_by_sample_plot(o)) for o in data["outputs"] if o.get("max_abs_by_sample", {}).get("points")]
         return "".join(parts)
 
     def _divergence(self, divergence: dict) -> str:
@@ -251,6 +273,29 @@ def _histogram(name: str, result: OutputResult):
         axes.legend(fontsize=7)
     axes.set_title(f"output {name}: elements by |artifact - source|", fontsize=9)
     axes.set_ylabel("elements", fontsize=8)
+    return figure
+
+
+def _by_sample_plot(output: dict):
+    """An output's max abs error by sample (each point the worst of `samples_per_point`), log scale,
+    against its atol."""
+    from matplotlib.figure import Figure
+
+    series = output["max_abs_by_sample"]
+    per_point, points = series["samples_per_point"], series["points"]
+    figure = Figure(figsize=(7, 2.4))
+    axes = figure.subplots()
+    floor = min([p for p in points if p > 0] or [1e-12]) / 10
+    axes.plot([k * per_point for k in range(len(points))], [max(p, floor) for p in points], color="#3a6ea5",
+              marker="." if len(points) < 200 else None, linewidth=0.8)
+    axes.set_yscale("log")
+    if output["atol"] > 0:
+        axes.axhline(output["atol"], color="#b3261e", linestyle="--", label=f"atol {output['atol']:g}")
+        axes.legend(fontsize=7)
+    name = (output["variant"] + ": " if output["variant"] else "") + output["name"]
+    axes.set_title(f"output {name}: max |artifact - source| by sample"
+                   + (f" (worst of every {per_point})" if per_point > 1 else ""), fontsize=9)
+    axes.set_xlabel("sample", fontsize=8)
     return figure
 
 
