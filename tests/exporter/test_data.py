@@ -114,6 +114,7 @@ def test_samples_that_do_not_fill_the_last_batch_are_repeated_and_not_counted(tm
     assert any("7 repeated to fill" in note for note in report.notes)
 
 
+@pytest.mark.slow  # a keras.applications model: the slow suite's (the PyTorch CNN's images run by default)
 def test_a_keras_applications_model_is_verified_on_an_npz_of_images(tmp_path):
     images = np.random.default_rng(2).uniform(0, 255, (3, 96, 96, 3)).astype(np.float32)
     np.savez(tmp_path / "images.npz", image=images)
@@ -229,6 +230,7 @@ def test_a_bert_folder_is_verified_on_sentences_through_its_tokenizer(bert_folde
     assert stats["samples"] == len(SENTENCES) and stats["samples_out_of_tolerance"] == 0
 
 
+@pytest.mark.slow  # a TFLite export of BERT: the slow suite's (the tokenizer's text runs by default on ONNX)
 def test_text_longer_than_a_static_export_is_cut_and_counted(bert_folder, tmp_path):
     from transformers import AutoTokenizer
 
@@ -337,6 +339,7 @@ def test_int8_data_beyond_the_calibrated_range_is_named_as_such(tmp_path):
     assert "SQNR" in finding.message and "13 sample(s) lie outside the calibration range" in finding.message
 
 
+@pytest.mark.slow  # BERT's whole vocabulary: the slow suite's (the clipped input is caught by default)
 def test_an_embedding_row_wrong_only_for_tokens_the_data_uses_fails_only_on_the_data(tmp_path):
     """BERT with a 30,522-token vocabulary (BERT's): three rows of the artifact's word embeddings
     changed, rows the seeded random ids (a few hundred of 30,522) all but never reach and the

@@ -12,7 +12,7 @@ HF_MODELS = MODELS / "hf_models.py"
 @pytest.mark.parametrize("model, opset, exporter, source_op, flavour", [
     ("bert", 14, "torch.onnx (torchscript)", "aten.gelu", "exact"),
     ("bert", 18, "torch.onnx (dynamo)", "aten.gelu", "exact"),
-    ("gpt2", 18, "torch.onnx (dynamo)", "tanh-chain", "tanh"),
+    pytest.param("gpt2", 18, "torch.onnx (dynamo)", "tanh-chain", "tanh", marks=pytest.mark.slow),  # 20 by default
     ("gpt2", 20, "torch.onnx (dynamo)", "tanh-chain", "tanh"),
     ("clip_text", 17, "torch.onnx (torchscript)", "sigmoid-chain", "quick"),
 ])
