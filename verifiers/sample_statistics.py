@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from verifiers.compare import Tolerance
-from verifiers.quantization.metrics import IntegerThresholds, cosine, looks_like_classes, sqnr_db
+from verifiers.quantization.metrics import IntegerThresholds, looks_like_classes
 from verifiers.report import VALUES, Finding
 
 
@@ -100,39 +100,61 @@ class OutputStatistics:
 
     def add(self, ref: np.ndarray, art: np.ndarray, numbers: list[int]) -> None:
         """A batch's outputs, its first rows the samples `numbers` (the rest fill a static batch
-        and are not counted); an output without a row per sample counts as its first sample."""
+        and are not counted); an output without a row per sample counts as its first sample. Every
+        statistic is taken row by row at once."""
         if ref.shape != art.shape:
             self.shape_differs = self.shape_differs or (list(ref.shape), list(art.shape))
             return
-        if ref.ndim == 0 or ref.shape[0] < len(numbers):
-            self._sample(ref.astype(np.float64), art.astype(np.float64), numbers[0])
-            return
-        for row, number in enumerate(numbers):
-            self._sample(ref[row].astype(np.float64), art[row].astype(np.float64), number)
-
-    def _sample(self, ref: np.ndarray, art: np.ndarray, sample: int) -> None:
-        self.samples += 1
-        same_nonfinite = (ref == art) | (np.isnan(ref) & np.isnan(art))
+        per_row = ref.ndim > 0 and ref.shape[0] >= len(numbers)
+        if not per_row:
+            numbers = numbers[:1]
+        rows = len(numbers)
+        shape = ref.shape[1:] if per_row else ref.shape
+        ref = (ref[:rows] if per_row else ref[None]).reshape(rows, -1).astype(np.float64)
+        art = (art[:rows] if per_row else art[None]).reshape(rows, -1).astype(np.float64)
+        self.samples += rows
         finite = np.isfinite(ref) & np.isfinite(art)
-        diff = np.where(finite, np.abs(art - ref), np.where(same_nonfinite, 0.0, np.inf))
-        outside = diff > self.tolerance.atol + self.tolerance.rtol * np.where(finite, np.abs(ref), 0.0)
-        if outside.any():
-            self.failing_samples += 1
-            if len(self.failing) < FAILING_LISTED:
-                self.failing.append(sample)
-        self.max_abs.add(float(diff.max()) if diff.size else 0.0, sample)
-        self.by_sample.add(float(diff.max()) if diff.size else 0.0)
-        self.mean_abs.add(float(diff.mean()) if diff.size else 0.0, sample)
-        self.sqnr_db.add(sqnr_db([ref], [art]), sample)
-        self.cosine.add(cosine([ref], [art]), sample)
-        self.signal += float(np.sum(np.square(ref[finite])))
-        self.noise += float(np.sum(np.square(ref[finite] - art[finite])))
-        if looks_like_classes((1, *ref.shape), ref.dtype, self.name):
-            expected = np.argmax(ref, axis=-1)
-            self.top1.add(float(np.mean(expected == np.argmax(art, axis=-1))), sample)
-            if ref.shape[-1] >= 5:
-                top = np.argpartition(-art, 4, axis=-1)[..., :5]
-                self.top5.add(float(np.mean(np.any(top == expected[..., None], axis=-1))), sample)
+        same_nonfinite = (ref == art) | (np.isnan(ref) & np.isnan(art))
+        ref_f, art_f = np.where(finite, ref, 0.0), np.where(finite, art, 0.0)
+        diff = np.where(finite, np.abs(art_f - ref_f), np.where(same_nonfinite, 0.0, np.inf))
+        outside = (diff > self.tolerance.atol + self.tolerance.rtol * np.abs(ref_f)).any(axis=1)
+        empty = diff.shape[1] == 0
+        max_abs = np.zeros(rows) if empty else diff.max(axis=1)
+        mean_abs = np.zeros(rows) if empty else diff.mean(axis=1)
+        signal = np.square(ref_f).sum(axis=1)
+        noise = np.square(ref_f - art_f).sum(axis=1)
+        mismatched = ~(finite | same_nonfinite).all(axis=1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            sqnr = np.where(noise == 0, np.inf, 10.0 * np.log10(signal / noise))
+        sqnr = np.where(mismatched, -np.inf, sqnr)
+        dot, ref_norm, art_norm = (ref * art).sum(axis=1), np.square(ref).sum(axis=1), np.square(art).sum(axis=1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            cos = dot / np.sqrt(ref_norm * art_norm)
+        cos = np.where((ref_norm == 0) & (art_norm == 0), 1.0, np.where((ref_norm == 0) | (art_norm == 0), 0.0, cos))
+        self.signal += float(signal.sum())
+        self.noise += float(noise.sum())
+        classes = looks_like_classes((1, *shape), ref.dtype, self.name) if shape else False
+        if classes:
+            ref_c, art_c = ref.reshape(rows, -1, shape[-1]), art.reshape(rows, -1, shape[-1])
+            expected = np.argmax(ref_c, axis=-1)
+            top1 = (expected == np.argmax(art_c, axis=-1)).mean(axis=1)
+            if shape[-1] >= 5:
+                top = np.argpartition(-art_c, 4, axis=-1)[..., :5]
+                top5 = np.any(top == expected[..., None], axis=-1).mean(axis=1)
+        for row, number in enumerate(numbers):
+            if outside[row]:
+                self.failing_samples += 1
+                if len(self.failing) < FAILING_LISTED:
+                    self.failing.append(number)
+            self.max_abs.add(float(max_abs[row]), number)
+            self.by_sample.add(float(max_abs[row]))
+            self.mean_abs.add(float(mean_abs[row]), number)
+            self.sqnr_db.add(float(sqnr[row]), number)
+            self.cosine.add(float(cos[row]), number)
+            if classes:
+                self.top1.add(float(top1[row]), number)
+                if shape[-1] >= 5:
+                    self.top5.add(float(top5[row]), number)
 
     @property
     def overall_sqnr_db(self) -> float:

@@ -401,3 +401,32 @@ def test_a_long_series_is_kept_to_its_points_each_the_worst_of_its_samples():
     per = record["samples_per_point"]
     assert len(record["points"]) <= SERIES_POINTS
     assert record["points"] == [values[k:k + per].max() for k in range(0, len(values), per)]
+
+
+def test_per_sample_statistics_are_each_samples_own():
+    """Row by row at once, as the metrics of verifiers.quantization compute them one sample at a
+    time; identical, all-zero and NaN rows included; the filling rows of a batch not counted."""
+    from verifiers.compare import Tolerance
+    from verifiers.quantization.metrics import cosine, sqnr_db
+    from verifiers.sample_statistics import OutputStatistics
+
+    rng = np.random.default_rng(10)
+    ref = rng.standard_normal((6, 3, 7)).astype(np.float32)
+    art = (ref + rng.normal(0, 1e-2, ref.shape)).astype(np.float32)
+    art[1] = ref[1]  # identical
+    ref[2] = art[2] = 0.0  # all zeros on both sides
+    art[3, 0, 0] = np.nan  # NaN where the source has a number
+    stats = OutputStatistics("logits", None, Tolerance(1e-3, 0.0))
+    stats.add(ref, art, [10, 11, 12, 13, 14])  # the sixth row fills the batch
+
+    rows = range(5)
+    max_abs = [np.inf if r == 3 else float(np.abs(art[r].astype(np.float64) - ref[r]).max()) for r in rows]
+    assert stats.samples == 5 and stats.by_sample.points == pytest.approx(max_abs)
+    assert stats.failing == [10, 13, 14] and stats.failing_samples == 3
+    sqnr = [sqnr_db([ref[r].astype(np.float64)], [art[r].astype(np.float64)]) for r in rows]
+    finite = [v for v in sqnr if np.isfinite(v)]
+    assert stats.sqnr_db.record() == {"mean": pytest.approx(np.mean(finite)), "worst": None, "worst_sample": 13}
+    cosines = [cosine([ref[r].astype(np.float64)], [art[r].astype(np.float64)]) for r in rows]
+    assert stats.cosine.worst == pytest.approx(min(c for c in cosines if not np.isnan(c)))
+    top1 = [float(np.mean(ref[r].argmax(-1) == art[r].argmax(-1))) for r in rows if r != 3]
+    assert stats.top1.total == pytest.approx(sum(top1) + float(np.mean(ref[3].argmax(-1) == art[3].argmax(-1))))
