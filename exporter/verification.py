@@ -23,7 +23,7 @@ from exporter.digests import Digests
 from exporter.feed_files import DataSet
 from exporter.sources import InputSpec, Source, feeds_record, make_batches, parse_input_spec
 from verifiers.compare import Tolerances
-from verifiers.errors import about
+from verifiers.errors import BadInput, about
 from verifiers.formats import Artifact
 from verifiers.judging import load_runner
 from verifiers.report import Report
@@ -112,6 +112,9 @@ def parse_checking_options(run: Verification) -> None:
     run.tolerances.allow_nonfinite = options["allow_nonfinite"]
     with about("inputs"):
         run.input_specs = [parse_input_spec(spec) for spec in options["inputs"]]
+    if options["data_cast"] and not options["data"]:
+        raise BadInput("--data-cast casts the arrays of --data: give --data too", option="data_cast")
+
 
 
 def record_source(run: Verification) -> None:

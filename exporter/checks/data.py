@@ -11,7 +11,7 @@ repeated to fill the last batch, each input's range) and each output's statistic
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +29,6 @@ from verifiers.steps import Step, count
 @dataclass
 class OnData:
     data: DataSet | None = None
-    statistics: list[OutputStatistics] = field(default_factory=list)
     # The batch that holds the worst sample so far: (feed, the source's outputs on it, that
     # sample's number, the numbers of the batch's samples).
     worst: tuple[dict, list, int, list[int]] | None = None
@@ -65,6 +64,9 @@ def read_data(run: Verification, dynamic: set[tuple[str, int]], part: tuple[int,
         "inputs": {name: {"min": low, "max": high} for name, (low, high) in data.ranges.items()},
         **({"verified_on": f"the {PART_NAMES[part]} samples"} if part else {}),
     }
+    if not run.verifying:
+        run.report.notes.append(f"--data: its {data.samples} sample(s) were read and checked, not run: --no-verify "
+                                "skips the verification they are for")
     if data.truncated:
         run.report.data["truncated"] = data.truncated
         run.report.notes.append(f"--data: {len(data.truncated)} text sample(s) longer than the export's "
@@ -134,13 +136,12 @@ def _judge_on_data(run: Verification) -> None:
             state.worst = ({k: v.copy() for k, v in batch.feed.items()}, reference, sample, batch.numbers)
         done += 1
     count(run.progress, "batches", done, state.data.batches)
-    state.statistics = list(statistics.values())
-    run.report.data["outputs"] = [s.record() for s in state.statistics]
+    run.report.data["outputs"] = [s.record() for s in statistics.values()]
     where = run.options["data"]
     if outside:
         run.report.data["outside_calibration"] = list(outside.values())
         run.report.notes.extend(f"--data: {_outside_message(entry)}" for entry in outside.values())
-    for stats in state.statistics:
+    for stats in statistics.values():
         finding = stats.finding(where, run.tolerances.integer)
         if finding is not None:
             if outside and run.tolerances.integer is not None:

@@ -430,3 +430,19 @@ def test_per_sample_statistics_are_each_samples_own():
     assert stats.cosine.worst == pytest.approx(min(c for c in cosines if not np.isnan(c)))
     top1 = [float(np.mean(ref[r].argmax(-1) == art[r].argmax(-1))) for r in rows if r != 3]
     assert stats.top1.total == pytest.approx(sum(top1) + float(np.mean(ref[3].argmax(-1) == art[3].argmax(-1))))
+
+
+def test_data_cast_without_data_is_refused(tmp_path):
+    report = api.export(MLP, to="onnx", opset=17, out=tmp_path / "m.onnx", data_cast=True)
+
+    assert report.exit_code == 2 and "give --data too" in report.failures[0].message, report.summary_lines()
+    assert not (tmp_path / "m.onnx").exists()
+
+
+def test_data_with_no_verify_is_read_and_the_report_says_it_did_not_run(tmp_path):
+    np.savez(tmp_path / "d.npz", input=np.zeros((8, 16), np.float32))
+
+    report = api.export(MLP, to="onnx", opset=17, out=tmp_path / "m.onnx", data=str(tmp_path / "d.npz"), verify=False)
+
+    assert report.exit_code == 0 and report.data["samples"] == 8 and "outputs" not in report.data
+    assert any("not run: --no-verify" in note for note in report.notes)
