@@ -229,6 +229,7 @@ class DataSet:
     cast: bool = False
     folder: Path | None = None  # a transformers model folder: text and images go through its processing
     part: tuple[int, int] | None = None
+    padding_side: str | None = None  # text padded on this side (None: as the folder's tokenizer pads)
     truncated: list[int] = field(default_factory=list)  # text samples cut to the export's length
     samples: int = 0
     batches: int = 0
@@ -311,7 +312,7 @@ class DataSet:
                 yield from folder_data.image_stacks(images, self.folder, self.specs, self.batch_size)
             else:
                 yield from folder_data.text_stacks(text, self.folder, self.specs, self.batch_size, self.dynamic,
-                                                   [] if truncated is None else truncated)
+                                                   [] if truncated is None else truncated, self.padding_side)
             return
         where, attr = _located(self.spec, DATA)
         if attr is not None:
@@ -339,6 +340,14 @@ class DataSet:
                                f"{len(self.specs)}-input model ({', '.join(s.name for s in self.specs)})")
             else:
                 yield from _npy_stack({self.specs[0].name: path}, path)
+
+    def text_padding(self) -> dict[str, str] | None:
+        """How text samples are padded (folder_data.text_padding); None for arrays and images."""
+        from exporter import folder_data
+
+        if self.folder is None or not folder_data.is_text(Path(self.spec)):
+            return None
+        return folder_data.text_padding(self.folder, Path(self.spec), self.padding_side)
 
     def files(self) -> list[Path]:
         """The files the data is read from (the callable's: its module)."""

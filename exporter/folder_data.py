@@ -3,9 +3,11 @@
 through its tokenizer, and a folder of images (.png, .jpg) through its image processor. Each
 yields stacks of one batch of samples (exporter.feed_files.DataSet batches and checks them).
 
-Text is padded as the folder's tokenizer pads (its `padding_side`): to the longest line of the
-batch where the sequence axis is dynamic, to the export's length where it is not (longer lines
-cut there, and counted).
+Text is padded as the folder's tokenizer pads (its `padding_side`), or on the side asked for (a
+decoder's prompts for generation: on the left, as batched generation pads them): to the longest
+line of the batch where the sequence axis is dynamic, to the export's length where it is not
+(longer lines cut there, and counted). A tokenizer without a pad token (GPT-2's) pads with its
+end-of-sequence token, as batched generation with it does; the padded positions are masked.
 """
 
 from __future__ import annotations
@@ -37,10 +39,16 @@ def images_in(path: Path) -> list[Path]:
 
 
 def text_stacks(path: Path, folder: Path, specs: list[InputSpec], batch: int, dynamic: set[tuple[str, int]],
-                truncated: list[int]) -> Iterator[tuple[dict[str, np.ndarray], str]]:
-    """`batch` lines at a time through the folder's tokenizer, as the model's inputs; the numbers
-    of the lines cut to the export's length are appended to `truncated`."""
+                truncated: list[int], padding_side: str | None = None
+                ) -> Iterator[tuple[dict[str, np.ndarray], str]]:
+    """`batch` lines at a time through the folder's tokenizer, as the model's inputs, padded on
+    `padding_side` (None: the tokenizer's own); the numbers of the lines cut to the export's length
+    are appended to `truncated`."""
     tokenizer = _processor("AutoTokenizer", folder, path, "tokenizer")
+    if padding_side is not None:
+        tokenizer.padding_side = padding_side
+    if tokenizer.pad_token is None and tokenizer.eos_token is not None:
+        tokenizer.pad_token = tokenizer.eos_token
     names = [spec.name for spec in specs]
     ids = next((spec for spec in specs if spec.name == "input_ids"), specs[0])
     length = None if (ids.name, 1) in dynamic or len(ids.shape) < 2 else ids.shape[1]
@@ -62,6 +70,17 @@ def text_stacks(path: Path, folder: Path, specs: list[InputSpec], batch: int, dy
                            f"(the model's inputs: {', '.join(names)}): give the inputs in an .npz")
         yield {name: np.asarray(encoded[name]) for name in names}, f"{path} lines {chunk[0][0]} to {chunk[-1][0]}"
         first += len(chunk)
+
+
+def text_padding(folder: Path, path: Path, padding_side: str | None = None) -> dict[str, str]:
+    """How text_stacks pads: the side and the pad token."""
+    tokenizer = _processor("AutoTokenizer", folder, path, "tokenizer")
+    padding = {"side": padding_side or tokenizer.padding_side}
+    if tokenizer.pad_token is None and tokenizer.eos_token is not None:
+        padding["pad_token"] = f"{tokenizer.eos_token} (the end-of-sequence token: the tokenizer has no pad token)"
+    elif tokenizer.pad_token is not None:
+        padding["pad_token"] = tokenizer.pad_token
+    return padding
 
 
 def _lines(path: Path) -> Iterator[tuple[int, str]]:

@@ -214,9 +214,11 @@ class Report:
     # "introduced_max_abs", "tolerance"} per aligned tensor], "batch": which batch, "message": one line}.
     divergence: dict[str, Any] = field(default_factory=dict)
     # A decoder with past run as generation runs it (exporter.checks.generation): prompt_length,
-    # decode_steps, tokens (transformers' generate), steps [{step, past_length, max_abs_err, tokens,
-    # expected_tokens, tied_rows: the rows whose token differs where the top two logits tie within
-    # the artifact's error (a note, not a failure)}].
+    # decode_steps, tokens (transformers' generate), steps [{step, past_length, max_abs_err, worst_row,
+    # tokens, expected_tokens, tied_rows: the rows whose token differs where the top two logits tie
+    # within the artifact's error (a note, not a failure)}]. On --data's prompts: prompts (their
+    # number), decode_steps, steps [{step, max_abs_err, worst_sample, samples, tokens_differ and
+    # tied_samples: sample numbers}].
     generation: dict[str, Any] = field(default_factory=dict)
     failures: list[Finding] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -366,9 +368,10 @@ class Report:
                     lines.append(f"  {entry['input']} axis {entry['axis']} not checked at other sizes: {entry['detail']}")
         if self.generation and not self.failures:
             steps = self.generation["steps"]
-            lines.append(f"  generates as transformers' generate does: prefill and {len(steps) - 1} cached decode "
-                         f"step(s) (past length {steps[1]['past_length']} to {steps[-1]['past_length']}), same "
-                         f"tokens, logits max abs err {max(s['max_abs_err'] for s in steps):.3g}")
+            on = f" on the {self.generation['prompts']} prompt(s) of the data" if "prompts" in self.generation else ""
+            past = "" if on else f" (past length {steps[1]['past_length']} to {steps[-1]['past_length']})"
+            lines.append(f"  generates as transformers' generate does{on}: prefill and {len(steps) - 1} cached decode "
+                         f"step(s){past}, same tokens, logits max abs err {max(s['max_abs_err'] for s in steps):.3g}")
         if self.gelu_guard.startswith("off"):
             lines.append(f"  GELU guard {self.gelu_guard}")
         if self.gelu and not any(f.kind == "gelu" for f in self.failures):

@@ -5,8 +5,14 @@ each batch runs in the source and in the artifact, every output's statistics are
 sample (verifiers.sample_statistics), and the batch is let go. Only the batch holding the worst
 sample so far is kept, for the localisation of a red run (exporter.checks.localization).
 
+A decoder exported with past takes no samples of its own inputs (its cache is the previous step's
+output): its data are prompts (token ids and their mask, what generate takes), padded on the left
+as batched generation pads them, and the generation check (exporter.checks.generation) generates
+on them, batch by batch, in place of this check's run.
+
 The report's `data` says what was fed (the files and their SHA-256, samples, batches, samples
-repeated to fill the last batch, each input's range) and each output's statistics.
+repeated to fill the last batch, each input's range, how text was padded) and each output's
+statistics.
 """
 
 from __future__ import annotations
@@ -20,7 +26,9 @@ from exporter.checks.outputs import Outputs
 from exporter.checks.quantization import integer_artifact
 from exporter.digests import sha256
 from exporter.feed_files import DataSet
+from exporter.model_tasks import TASKS
 from exporter.verification import Check, Verification, runs_the_artifact
+from verifiers.errors import BadInput
 from verifiers.judging import named_feed, run_artifact
 from verifiers.sample_statistics import OutputStatistics
 from verifiers.steps import Step, count
@@ -32,6 +40,11 @@ class OnData:
     # The batch that holds the worst sample so far: (feed, the source's outputs on it, that
     # sample's number, the numbers of the batch's samples).
     worst: tuple[dict, list, int, list[int]] | None = None
+    prompts: bool = False  # the data are a decoder's prompts: the generation check runs them
+
+
+# What a prompt gives generate (a decoder with past): the rest of its inputs generate makes.
+PROMPT_INPUTS = ("input_ids", "attention_mask")
 
 
 # An int8 export given --data and no --calibration: (n, k) parts of the samples, by number modulo n.
@@ -45,10 +58,26 @@ def data_set(run: Verification, dynamic: set[tuple[str, int]], part: tuple[int, 
     from exporter.model_folders import is_model_folder
 
     folder = Path(run.source.spec) if is_model_folder(Path(run.source.spec)) else None
-    data = DataSet(run.options["data"], run.source.inputs, dynamic, cast=run.options["data_cast"], folder=folder,
-                   part=part)
+    specs, padding_side = run.source.inputs, None
+    if _prompts(run):
+        specs = [spec for spec in run.source.inputs if spec.name in PROMPT_INPUTS]
+        padding_side = "left"
+    data = DataSet(run.options["data"], specs, dynamic, cast=run.options["data_cast"], folder=folder, part=part,
+                   padding_side=padding_side)
     data.scan()
     return data
+
+
+def _prompts(run: Verification) -> bool:
+    """Whether the data are a decoder's prompts (see the module's docstring)."""
+    task = TASKS.get(run.source.facts.get("task"))
+    if task is None or not task.past:
+        return False
+    if task.call != "cached":
+        raise BadInput(f"--data on {task.name}: an encoder-decoder's decoder takes its prompts through the "
+                       "encoder, which this export is not, and generates on seeded prompts: give --data to the "
+                       f"encoder's export ({task.name.replace('-with-past', '-encoder')})", option="data")
+    return True
 
 
 def read_data(run: Verification, dynamic: set[tuple[str, int]], part: tuple[int, int] | None = None) -> DataSet:
@@ -56,6 +85,7 @@ def read_data(run: Verification, dynamic: set[tuple[str, int]], part: tuple[int,
     export), recorded in the report."""
     data = data_set(run, dynamic, part)
     run.of(OnData).data = data
+    run.of(OnData).prompts = _prompts(run)
     run.report.data = {
         "spec": data.spec,
         "files": [{"path": str(path), "sha256": sha256(path)} for path in data.files()],
@@ -64,6 +94,9 @@ def read_data(run: Verification, dynamic: set[tuple[str, int]], part: tuple[int,
         "inputs": {name: {"min": low, "max": high} for name, (low, high) in data.ranges.items()},
         **({"verified_on": f"the {PART_NAMES[part]} samples"} if part else {}),
     }
+    padding = data.text_padding()
+    if padding is not None:
+        run.report.data["padding"] = padding
     if not run.verifying:
         run.report.notes.append(f"--data: its {data.samples} sample(s) were read and checked, not run: --no-verify "
                                 "skips the verification they are for")
@@ -156,6 +189,7 @@ CHECK = Check(
     on_artifact=(Step("data", runs_the_artifact(_judge_on_data),
                       message=lambda run: f"running the source and the artifact on {run.of(OnData).data.samples} "
                                           f"sample(s) of {run.options['data']}",
-                      when=lambda run: run.active and run.of(OnData).data is not None and not run.by_signatures),),
+                      when=lambda run: run.active and run.of(OnData).data is not None and not run.of(OnData).prompts
+                      and not run.by_signatures),),
     keeps_source=lambda run: bool(run.options["data"]),  # the source runs beside the artifact, batch by batch
 )

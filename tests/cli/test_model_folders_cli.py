@@ -410,3 +410,17 @@ def test_a_float16_tflite_export_says_only_its_own_lines(folders, tmp_path):
     assert all(line.startswith(("exportgate: ", "PASS ", "  ")) for line in result.stderr.splitlines()), result.stderr
     quantization = json.loads((tmp_path / "r.json").read_text())["quantization"]
     assert quantization["mode"] == "fp16" and "float_ops" not in quantization
+
+
+def test_data_on_an_encoder_decoders_decoder_with_past_is_exit_2_naming_the_encoder(folders, bart_parts, tmp_path):
+    """Its prompts go through the encoder, which the decoder is not."""
+    (tmp_path / "prompts.txt").write_text("t5 t6 t7\n")
+    decoder, _ = bart_parts["with-past"]
+
+    report = api.verify(decoder, source=str(folders["bart-text2text-generation"]),
+                        task="text2text-generation-with-past", data=str(tmp_path / "prompts.txt"))
+
+    assert report.exit_code == 2
+    [finding] = report.failures
+    assert finding.message.startswith("--data on text2text-generation-with-past:"), finding.message
+    assert finding.message.endswith("give --data to the encoder's export (text2text-generation-encoder)")
