@@ -191,10 +191,14 @@ OPTIONS: tuple[Option, ...] = (
     Option("allow_nonfinite", "--allow-nonfinite", bool, "Accept NaN and Inf in the source's outputs where the "
            "artifact has the same value at the same position. Without it they fail the comparison.", _RUNNING,
            default=False, job=True),
-    Option("min_sqnr", "--min-sqnr", float, "int8 artifacts: the lowest SQNR in dB an output may have (default 20).",
-           _RUNNING, metavar="DB", job=True, expects="a number (dB)"),
-    Option("min_top1", "--min-top1", float, "int8 artifacts: the lowest top-1 agreement with the source for outputs "
-           "over classes (default 0.95).", _RUNNING, metavar="FRACTION", minimum=0.0, maximum=1.0, job=True),
+    Option("min_sqnr", "--min-sqnr", float, "The lowest SQNR in dB an output may have: an int8 artifact's over all "
+           "its batches or samples (default 20); on --data, a float artifact's worst sample's.", _RUNNING, metavar="DB",
+           job=True, expects="a number (dB)"),
+    Option("min_top1", "--min-top1", float, "The lowest top-1 agreement with the source for outputs over classes: an "
+           "int8 artifact's (default 0.95); on --data, a float artifact's over the samples.", _RUNNING,
+           metavar="FRACTION", minimum=0.0, maximum=1.0, job=True),
+    Option("min_cosine", "--min-cosine", float, "On --data: the lowest cosine similarity with the source any sample's "
+           "output may have.", _RUNNING, metavar="COSINE", minimum=-1.0, maximum=1.0, job=True),
     Option("localize", "--localize/--no-localize", bool, "Find where the artifact first departs from the source: the "
            "op, its module and source line, and the error it introduces itself. Default: on a run whose outputs "
            "differ; --localize on a green run too.", _RUNNING, job=True),

@@ -6,8 +6,10 @@ samples.
 
 Verdicts: a float artifact fails an output where a sample has an element outside atol + rtol·|ref|
 (as on the seeded batches); an integer one where the SQNR over all samples, or the top-1
-agreement, falls below its thresholds (verifiers.quantization.metrics). The finding names the
-output, the statistic, the worst sample and its value.
+agreement, falls below its thresholds (verifiers.quantization.metrics). Floors given on the command
+line (`Floors`: --min-sqnr, --min-cosine, --min-top1) hold any artifact besides: the worst sample's
+SQNR and cosine, the top-1 agreement over the samples. Each finding names the output, the
+statistic, the worst sample and its value.
 """
 
 from __future__ import annotations
@@ -75,6 +77,16 @@ class Statistic:
         return {"mean": self.total / self.counted if self.counted else None,
                 "worst": self.worst if self.worst is None or math.isfinite(self.worst) else None,
                 "worst_sample": self.worst_sample}
+
+
+@dataclass(frozen=True)
+class Floors:
+    """The lowest statistics over samples the user allows, None where not given: the worst
+    sample's SQNR (dB) and cosine, and the top-1 agreement over the samples."""
+
+    min_sqnr_db: float | None = None
+    min_cosine: float | None = None
+    min_top1: float | None = None
 
 
 @dataclass
@@ -174,16 +186,46 @@ class OutputStatistics:
                 "max_abs_by_sample": self.by_sample.record(),
                 **{key: stat.record() for key, stat in stats.items() if stat.worst is not None}}
 
-    def finding(self, where: str, integer: IntegerThresholds | None) -> Finding | None:
-        """Why this output fails on the data (None: it passes)."""
+    def findings(self, where: str, integer: IntegerThresholds | None, floors: Floors = Floors()) -> list[Finding]:
+        """Why this output fails on the data (none: it passes): its tolerances or thresholds, then
+        each floor it falls below."""
         head = f"output {self.name}{'' if self.variant is None else f' ({self.variant})'} on {where}"
         data = {"cause": VALUES, "variant": self.variant, "data": True}
         if self.shape_differs:
             ref, art = self.shape_differs
-            return Finding("numeric", f"{head}: shape differs, source {ref} vs artifact {art}", output=self.name,
-                           data={**data, "cause": "shape"})
+            return [Finding("numeric", f"{head}: shape differs, source {ref} vs artifact {art}", output=self.name,
+                            data={**data, "cause": "shape"})]
+        data.update(max_abs_err=self.max_abs.worst, sample=self.max_abs.worst_sample)
+        found = self._judged(head, data, integer)
+        return ([] if found is None else [found]) + self.below_floors(where, floors)
+
+    def below_floors(self, where: str, floors: Floors) -> list[Finding]:
+        """A finding for each floor a statistic falls below."""
+        head = f"output {self.name}{'' if self.variant is None else f' ({self.variant})'} on {where}"
+        data = {"cause": VALUES, "variant": self.variant, "data": True, "max_abs_err": self.max_abs.worst}
+        found = []
+        for statistic, floor, name in ((self.sqnr_db, floors.min_sqnr_db, "sqnr_db"),
+                                       (self.cosine, floors.min_cosine, "cosine")):
+            if floor is None or statistic.worst is None or statistic.worst >= floor:
+                continue
+            label, unit = ("SQNR", " dB") if name == "sqnr_db" else ("cosine", "")
+            value = f"{statistic.worst:.1f}" if name == "sqnr_db" else f"{statistic.worst:.6f}"
+            found.append(Finding("numeric", f"{head}: {label} {value}{unit} at worst, sample {statistic.worst_sample} "
+                                            f"(min {floor:g}, --min-{'sqnr' if name == 'sqnr_db' else 'cosine'})",
+                                 output=self.name,
+                                 data={**data, "statistic": name, "sample": statistic.worst_sample,
+                                       name: statistic.worst if math.isfinite(statistic.worst) else None}))
+        top1 = self.top1.record()["mean"] if self.top1.worst is not None else None
+        if floors.min_top1 is not None and top1 is not None and top1 < floors.min_top1:
+            found.append(Finding("numeric", f"{head}: top-1 agreement {top1:.3f} over {self.samples} sample(s) (min "
+                                            f"{floors.min_top1:g}, --min-top1), worst sample {self.top1.worst_sample}: "
+                                            f"{self.top1.worst:.3f}", output=self.name,
+                                 data={**data, "statistic": "top1", "sample": self.top1.worst_sample, "top1": top1}))
+        return found
+
+    def _judged(self, head: str, data: dict, integer: IntegerThresholds | None) -> Finding | None:
+        """The tolerances' verdict (a float artifact) or the integer thresholds' (an int8 one)."""
         worst = self.max_abs
-        data.update(max_abs_err=worst.worst, sample=worst.worst_sample)
         if integer is not None:
             overall, top1 = self.overall_sqnr_db, self.top1.record()["mean"] if self.top1.worst is not None else None
             if overall >= integer.min_sqnr_db and (top1 is None or top1 >= integer.min_top1):

@@ -30,7 +30,7 @@ from exporter.model_tasks import TASKS
 from exporter.verification import Check, Verification, runs_the_artifact
 from verifiers.errors import BadInput
 from verifiers.judging import named_feed, run_artifact
-from verifiers.sample_statistics import OutputStatistics
+from verifiers.sample_statistics import Floors, OutputStatistics
 from verifiers.steps import Step, count
 
 
@@ -138,6 +138,29 @@ def _outside_message(entry: dict) -> str:
             f"{entry['reach'][1]:.4g})")
 
 
+# The floors of the statistics over samples, by option: where each applies.
+FLOOR_OPTIONS = {"min_sqnr": "--min-sqnr", "min_cosine": "--min-cosine", "min_top1": "--min-top1"}
+
+
+def floors(run: Verification) -> Floors:
+    """The floors given for the statistics on --data: all three for a float artifact; an int8
+    one's SQNR and top-1 are judged by its thresholds already (exporter.checks.quantization)."""
+    options = run.options
+    if run.tolerances.integer is not None:
+        return Floors(min_cosine=options["min_cosine"])
+    return Floors(options["min_sqnr"], options["min_cosine"], options["min_top1"])
+
+
+def _note_unused_floors(run: Verification) -> None:
+    """A floor given where nothing it gates is measured: said, not silently dropped."""
+    unused = [flag for name, flag in FLOOR_OPTIONS.items() if run.options[name] is not None
+              and (name == "min_cosine" or not integer_artifact(run))]
+    if unused:
+        run.report.notes.append(f"{', '.join(unused)}: not applied: {'they gate' if len(unused) > 1 else 'it gates'} "
+                                "the statistics over --data's samples (and an int8 artifact's SQNR and top-1); give "
+                                "--data to apply them")
+
+
 def _judge_on_data(run: Verification) -> None:
     state = run.of(OnData)
     comparison = run.of(Outputs).comparison
@@ -175,8 +198,7 @@ def _judge_on_data(run: Verification) -> None:
         run.report.data["outside_calibration"] = list(outside.values())
         run.report.notes.extend(f"--data: {_outside_message(entry)}" for entry in outside.values())
     for stats in statistics.values():
-        finding = stats.finding(where, run.tolerances.integer)
-        if finding is not None:
+        for finding in stats.findings(where, run.tolerances.integer, floors(run)):
             if outside and run.tolerances.integer is not None:
                 finding.message += "; " + "; ".join(_outside_message(entry) for entry in outside.values())
                 finding.data["outside_calibration"] = list(outside)
@@ -186,7 +208,8 @@ def _judge_on_data(run: Verification) -> None:
 
 CHECK = Check(
     "data",
-    on_artifact=(Step("data", runs_the_artifact(_judge_on_data),
+    on_artifact=(Step("unused_floors", _note_unused_floors, when=lambda run: run.active and not run.options["data"]),
+                 Step("data", runs_the_artifact(_judge_on_data),
                       message=lambda run: f"running the source and the artifact on {run.of(OnData).data.samples} "
                                           f"sample(s) of {run.options['data']}",
                       when=lambda run: run.active and run.of(OnData).data is not None and not run.of(OnData).prompts

@@ -45,8 +45,9 @@ def pixel_artifacts(tmp_path_factory):
         folder / "images.npz", images
 
 
-def by_hand_max_abs_per_sample(artifact, images) -> np.ndarray:
-    """Each image's max abs error, the source run in torch and the artifact in onnxruntime, two at a time."""
+def by_hand_outputs(artifact, images) -> tuple[np.ndarray, np.ndarray]:
+    """The source's outputs (torch) and the artifact's (onnxruntime) on the images, two at a time,
+    one row per image."""
     import onnxruntime
     import torch
 
@@ -54,14 +55,19 @@ def by_hand_max_abs_per_sample(artifact, images) -> np.ndarray:
 
     model, _ = pixel_classifier()
     session = onnxruntime.InferenceSession(str(artifact), providers=["CPUExecutionProvider"])
-    errors = []
+    expected, found = [], []
     for start in range(0, len(images), 2):
         batch = images[start:start + 2]
         with torch.no_grad():
-            expected = model(torch.from_numpy(batch)).numpy()
-        found = session.run(None, {session.get_inputs()[0].name: batch})[0]
-        errors.extend(np.abs(found.astype(np.float64) - expected).reshape(len(batch), -1).max(axis=1))
-    return np.array(errors)
+            expected.append(model(torch.from_numpy(batch)).numpy().reshape(len(batch), -1))
+        found.append(session.run(None, {session.get_inputs()[0].name: batch})[0].reshape(len(batch), -1))
+    return np.concatenate(expected).astype(np.float64), np.concatenate(found).astype(np.float64)
+
+
+def by_hand_max_abs_per_sample(artifact, images) -> np.ndarray:
+    """Each image's max abs error."""
+    expected, found = by_hand_outputs(artifact, images)
+    return np.abs(found - expected).max(axis=1)
 
 
 def test_an_artifact_wrong_only_on_real_inputs_passes_on_random_ones_and_fails_on_the_data(pixel_artifacts):
@@ -99,6 +105,64 @@ def test_a_faithful_artifact_passes_on_the_data_and_the_report_says_what_was_fed
     assert stats["max_abs"]["worst"] == pytest.approx(errors.max(), rel=1e-3, abs=1e-9)
     assert stats["top1"]["mean"] == 1.0  # ten classes: the same winner on every sample
     assert report.batches == 0 and report.feeds[0]["origin"] == "the source's example inputs"
+
+
+def test_floors_on_cosine_and_sqnr_fail_a_float_artifact_naming_the_worst_sample(pixel_artifacts):
+    """Tolerances loose enough to pass the clipped artifact: the floors alone catch it."""
+    faithful, clipped, images_file, images = pixel_artifacts
+    expected, found = by_hand_outputs(clipped, images)
+    cosine = (expected * found).sum(1) / np.sqrt((expected ** 2).sum(1) * (found ** 2).sum(1))
+    sqnr = 10 * np.log10((expected ** 2).sum(1) / ((expected - found) ** 2).sum(1))
+    floors = dict(min_cosine=float(np.median(cosine)), min_sqnr=float(np.median(sqnr)))
+
+    assert api.verify(faithful, source=PIXELS, data=str(images_file), **floors).exit_code == 0
+    report = api.verify(clipped, source=PIXELS, data=str(images_file), atol=["1e9"], **floors)
+
+    assert report.exit_code == 1, report.summary_lines()
+    by_statistic = {f.data["statistic"]: f for f in report.failures}
+    assert set(by_statistic) == {"cosine", "sqnr_db"}  # max abs within the tolerance given
+    worst = int(np.argmin(cosine))
+    assert by_statistic["cosine"].data["sample"] == worst and f"sample {worst} " in by_statistic["cosine"].message
+    assert by_statistic["cosine"].data["cosine"] == pytest.approx(cosine[worst], abs=1e-6)
+    worst = int(np.argmin(sqnr))
+    assert by_statistic["sqnr_db"].data["sample"] == worst
+    assert by_statistic["sqnr_db"].data["sqnr_db"] == pytest.approx(sqnr[worst], abs=1e-3)
+    assert report.divergence["first"]["node"] == "input_clip", report.divergence  # localised on the worst sample
+
+
+def test_a_top1_floor_fails_an_artifact_whose_winning_class_changes_on_some_samples(pixel_artifacts, tmp_path):
+    """The classifier's bias of the class every image picks lowered by the median margin over the
+    runner-up: about half the images pick another class."""
+    faithful, _, images_file, images = pixel_artifacts
+    expected, _ = by_hand_outputs(faithful, images)
+    winner = np.bincount(expected.argmax(1)).argmax()
+    margins = expected[:, winner] - np.sort(expected, axis=1)[:, -2]
+    model = onnx.load(str(faithful))
+    [bias] = [t for t in model.graph.initializer if list(t.dims) == [10]]
+    values = onnx.numpy_helper.to_array(bias).copy()
+    values[winner] -= float(np.median(margins))
+    bias.CopyFrom(onnx.numpy_helper.from_array(values, bias.name))
+    onnx.save(model, str(tmp_path / "shifted.onnx"))
+    _, found = by_hand_outputs(tmp_path / "shifted.onnx", images)
+    agree = expected.argmax(1) == found.argmax(1)
+    assert 0 < agree.mean() < 1, agree
+
+    report = api.verify(tmp_path / "shifted.onnx", source=PIXELS, data=str(images_file), atol=["1e9"], min_top1=0.99)
+
+    assert report.exit_code == 1, report.summary_lines()
+    [finding] = report.failures
+    assert finding.data["statistic"] == "top1" and finding.data["top1"] == pytest.approx(agree.mean())
+    assert finding.data["sample"] == int(np.flatnonzero(~agree)[0])  # the first image whose class changed
+
+
+def test_floors_without_data_on_a_float_artifact_are_said_not_applied(pixel_artifacts):
+    faithful, _, _, _ = pixel_artifacts
+
+    report = api.verify(faithful, source=PIXELS, min_cosine=0.5, min_top1=0.5)
+
+    assert report.exit_code == 0
+    assert any(note.startswith("--min-cosine, --min-top1: not applied") and note.endswith("give --data to apply them")
+               for note in report.notes), report.notes
 
 
 def test_samples_that_do_not_fill_the_last_batch_are_repeated_and_not_counted(tmp_path):
