@@ -38,7 +38,7 @@ import numpy as np
 from exporter.model_tasks import ENCODERS, PAST, PAST_MASK, PRESENT, TASKS, Task, TaskInput
 from exporter.sources import stated_length_limit
 from verifiers.errors import BadInput, Incompatible, one_line
-from verifiers.sizes import DynamicAxis
+from verifiers.sizes import PADDING_SIDES, DynamicAxis
 
 CONFIG = "config.json"
 SAFETENSORS, SAFETENSORS_INDEX = "model.safetensors", "model.safetensors.index.json"
@@ -188,7 +188,8 @@ def load_folder(folder: Folder, trust: bool) -> tuple[Any, dict[str, np.ndarray]
     call = CALLS[folder.task.call](torch, model, folder.task, folder.model_type)
     inputs = [*_inputs(model, folder.task), *call.past_inputs]
     sizes = _sizes(model, folder.task)
-    example = {spec.name: _example(spec, model.config, sizes) for spec in inputs}
+    sides = padding_sides_of(folder.path)
+    example = {spec.name: _example(spec, model.config, sizes, sides) for spec in inputs}
     dynamic = [DynamicAxis(spec.name, k, symbol, low=0 if symbol.startswith("past_") else 1)
                for spec in inputs for k, symbol in enumerate(spec.axes) if symbol in folder.task.dynamic]
     return task_module(torch, model, inputs, folder.task, call), example, dynamic
@@ -394,8 +395,23 @@ def _sizes(model, task: Task) -> dict[str, int]:
     return sizes
 
 
-def _example(spec: TaskInput, config, sizes: dict[str, int]) -> np.ndarray:
-    """A seeded example of one input, its sizes from the config where it has them."""
+def padding_sides_of(folder: Path) -> tuple[str, ...]:
+    """The side the folder's tokenizer pads on (its `padding_side`); both sides where it has none
+    to say so."""
+    if not any((folder / name).is_file() for name in ("tokenizer_config.json", "tokenizer.json")):
+        return PADDING_SIDES
+    import transformers
+
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    except Exception:  # noqa: BLE001 - a tokenizer that does not load says nothing of its padding
+        return PADDING_SIDES
+    return (tokenizer.padding_side,) if tokenizer.padding_side in PADDING_SIDES else PADDING_SIDES
+
+
+def _example(spec: TaskInput, config, sizes: dict[str, int], sides: tuple[str, ...] = ("right",)) -> np.ndarray:
+    """A seeded example of one input, its sizes from the config where it has them; a padding mask's
+    last rows padded, a row on each of `sides` (from the last row up)."""
     rng = np.random.default_rng(0)
     shape = tuple(sizes[axis] if isinstance(axis, str) else axis for axis in spec.axes)
     if spec.values == "tokens":
@@ -403,7 +419,12 @@ def _example(spec: TaskInput, config, sizes: dict[str, int]) -> np.ndarray:
         return rng.integers(0, vocab, size=shape).astype(spec.dtype)
     if spec.values == "mask":
         mask = np.ones(shape, spec.dtype)
-        mask[-1, ..., shape[-1] * 3 // 4:] = 0  # the last row padded
+        padded = shape[-1] - shape[-1] * 3 // 4  # a quarter of the positions
+        for row, side in zip(range(shape[0] - 1, -1, -1), sides):
+            if side == "right":
+                mask[row, ..., shape[-1] - padded:] = 0
+            else:
+                mask[row, ..., :padded] = 0
         return mask
     if spec.values == "zeros":
         return np.zeros(shape, spec.dtype)

@@ -23,6 +23,7 @@ from verifiers.sizes import (
     default_sizes,
     is_padding_mask,
     padding_mask,
+    padding_sides,
     values_like,
 )
 
@@ -333,11 +334,12 @@ def feeds_record(source: Source, feeds: list[dict[str, np.ndarray]], seed: int) 
 
 
 def random_array(spec: InputSpec, rng: np.random.Generator, example: dict | None) -> np.ndarray:
-    """Seeded values for one input: like the example's where it has one (a padding mask stays one:
-    no row without a position to attend to), else in the spec's range."""
+    """Seeded values for one input: like the example's where it has one (a padding mask stays one,
+    padded on the sides the example's is: no row without a position to attend to), else in the
+    spec's range."""
     dtype = np.dtype("float32" if spec.dtype == "bfloat16" else spec.dtype)
     if example is not None and spec.name in example and is_padding_mask(np.asarray(example[spec.name])):
-        return padding_mask(spec.shape, dtype, rng)
+        return padding_mask(spec.shape, dtype, rng, padding_sides(np.asarray(example[spec.name])))
     if dtype.kind == "b":
         return rng.integers(0, 2, size=spec.shape).astype(bool)
     if dtype.kind in "iu":

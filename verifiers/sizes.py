@@ -200,7 +200,8 @@ def sized_feed(feed: dict[str, np.ndarray], plan: SymbolSizes, size: int, seed: 
 
 def is_padding_mask(array: np.ndarray) -> bool:
     """Whether integer or boolean values are a padding mask with padding in it: 0s and 1s, every
-    row (the last axis) its ones first, then its zeros, at least one of each in the whole."""
+    row (the last axis) one run of ones, padded on the right (ones first) or on the left (zeros
+    first), at least one of each in the whole."""
     import numpy as np
 
     if array.dtype.kind not in "biu" or array.ndim == 0 or array.size == 0:
@@ -208,16 +209,38 @@ def is_padding_mask(array: np.ndarray) -> bool:
     values = array.astype(np.int64)
     if not np.isin(values, (0, 1)).all() or values.all() or not values.any():
         return False
-    return bool(np.all(np.diff(values, axis=-1) <= 0))
+    steps = np.diff(values, axis=-1)
+    return bool(np.all((steps <= 0).all(axis=-1) | (steps >= 0).all(axis=-1)))
 
 
-def padding_mask(shape: tuple[int, ...], dtype, rng: np.random.Generator) -> np.ndarray:
-    """A padding mask of `shape`: each row's first 1 to all of its positions set (never a row with
-    nothing to attend to, where exporters and frameworks legitimately part ways)."""
+PADDING_SIDES = ("right", "left")
+
+
+def padding_sides(mask: np.ndarray) -> tuple[str, ...]:
+    """The sides a padding mask's padded rows are padded on (right: ones first), in PADDING_SIDES'
+    order."""
+    import numpy as np
+
+    rows = mask.astype(np.int64).reshape(-1, mask.shape[-1])
+    padded = rows[~rows.all(axis=-1)]
+    found = {"right" if row[0] else "left" for row in padded}
+    return tuple(side for side in PADDING_SIDES if side in found)
+
+
+def padding_mask(shape: tuple[int, ...], dtype, rng: np.random.Generator,
+                 sides: tuple[str, ...] = ("right",)) -> np.ndarray:
+    """A padding mask of `shape`: each row's 1 to all of its positions set (never a row with
+    nothing to attend to, where exporters and frameworks legitimately part ways), the rows padded
+    on `sides` in turn."""
     import numpy as np
 
     lengths = rng.integers(1, shape[-1] + 1, size=shape[:-1])
-    return (np.arange(shape[-1]) < lengths[..., None]).astype(dtype)
+    positions = np.arange(shape[-1])
+    right = positions < lengths[..., None]
+    left = positions >= shape[-1] - lengths[..., None]
+    row = np.arange(int(np.prod(shape[:-1], dtype=np.int64))).reshape(shape[:-1])
+    on_left = (np.asarray(sides)[row % len(sides)] == "left")[..., None] if sides else np.zeros_like(right)
+    return np.where(on_left, left, right).astype(dtype)
 
 
 def values_like(array: np.ndarray, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
@@ -228,7 +251,7 @@ def values_like(array: np.ndarray, shape: tuple[int, ...], rng: np.random.Genera
     if array.size == 0:
         return np.zeros(shape, array.dtype)
     if is_padding_mask(array):
-        return padding_mask(shape, array.dtype, rng)
+        return padding_mask(shape, array.dtype, rng, padding_sides(array))
     if array.dtype.kind in "biu":
         low, high = array.min(), array.max()
         if array.dtype.kind == "b":

@@ -174,12 +174,35 @@ def test_sized_feed_resizes_several_axes_of_one_input_sharing_a_symbol():
     ([[1, 1, 0, 0], [1, 1, 1, 1]], True),
     ([[True, False], [True, True]], True),
     ([[1, 1], [1, 1]], False),  # no padding: a plain all-ones input
-    ([[1, 0, 1, 0]], False),  # not ones first, zeros after
+    ([[0, 0, 1, 1], [1, 1, 1, 0]], True),  # padded on the left, and on the right
+    ([[1, 0, 1, 0]], False),  # not one run of ones
+    ([[0, 1, 1, 0]], False),
     ([[0, 0], [0, 0]], False),
     ([[1.0, 0.0]], False),  # floats are not masks
 ])
-def test_a_padding_mask_is_ones_then_zeros_along_its_last_axis(mask, padding):
+def test_a_padding_mask_is_one_run_of_ones_along_its_last_axis(mask, padding):
     assert is_padding_mask(np.array(mask)) is padding
+
+
+@pytest.mark.parametrize("example, left_rows", [
+    ([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]], False),
+    ([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]], True),
+])
+def test_a_resized_mask_is_padded_on_the_side_the_examples_rows_are(example, left_rows):
+    feed = _feed()
+    feed["attention_mask"] = np.array(example, np.int64)
+    mask = sized_feed(feed, _seq_plan(feed), 64, seed=3)["attention_mask"]
+    padded = mask[~mask.all(axis=-1)]
+    assert len(padded) and all(bool(row[0] == 0) is left_rows for row in padded)
+
+
+def test_a_mask_padded_on_both_sides_gives_rows_padded_on_each():
+    feed = _feed()
+    feed["attention_mask"] = np.array([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]], np.int64)
+    mask = sized_feed(feed, _seq_plan(feed), 64, seed=3)["attention_mask"]
+    padded = mask[~mask.all(axis=-1)]
+    assert {bool(row[0] == 0) for row in padded} == {True, False}
+    assert mask.any(axis=-1).all()
 
 
 def test_sized_feed_keeps_a_padding_mask_one_with_a_position_in_every_row():
