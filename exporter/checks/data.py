@@ -23,7 +23,6 @@ from pathlib import Path
 import numpy as np
 
 from exporter.checks.outputs import Outputs
-from exporter.checks.quantization import integer_artifact
 from exporter.digests import sha256
 from exporter.feed_files import DataSet
 from exporter.model_tasks import TASKS
@@ -154,7 +153,7 @@ def floors(run: Verification) -> Floors:
 def _note_unused_floors(run: Verification) -> None:
     """A floor given where nothing it gates is measured: said, not silently dropped."""
     unused = [flag for name, flag in FLOOR_OPTIONS.items() if run.options[name] is not None
-              and (name == "min_cosine" or not integer_artifact(run))]
+              and (name == "min_cosine" or run.tolerances.integer is None)]
     if unused:
         run.report.notes.append(f"{', '.join(unused)}: not applied: {'they gate' if len(unused) > 1 else 'it gates'} "
                                 "the statistics over --data's samples (and an int8 artifact's SQNR and top-1); give "
@@ -166,7 +165,7 @@ def _judge_on_data(run: Verification) -> None:
     comparison = run.of(Outputs).comparison
     variants = run.runner.variants
     statistics: dict[tuple[int, str], OutputStatistics] = {}
-    ranges = run.artifact.input_ranges() if integer_artifact(run) else {}
+    ranges = run.artifact.input_ranges() if run.tolerances.integer is not None else {}  # an integer artifact's
     outside: dict[str, dict] = {}
     worst_seen = -1.0
     done = 0

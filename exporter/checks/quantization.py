@@ -10,6 +10,7 @@ import math
 from dataclasses import asdict
 from pathlib import Path
 
+from exporter.checks.data import OnData
 from exporter.verification import Check, Verification
 from verifiers.formats import Artifact
 from verifiers.judging import named_feed
@@ -109,8 +110,20 @@ def _record_precision(run: Verification) -> None:
                      run.tolerances)
 
 
+def _wants_layers(run: Verification) -> bool:
+    """An integer artifact with outputs that fail or come close to it; on --data, with outputs that
+    fail there (its verdict rests on the data)."""
+    if not (run.active and integer_artifact(run)):
+        return False
+    if run.options["data"]:
+        return run.of(OnData).worst is not None and any(f.data.get("data") for f in run.report.failures)
+    return bool(weak_outputs(run.report))
+
+
 def _diagnose_layers(run: Verification) -> None:
-    feeds = [named_feed(run.runner, feed) for feed in run.feeds]
+    """On the failing batches, or on --data's batch holding the worst sample."""
+    batches = [run.of(OnData).worst[0]] if run.options["data"] else run.feeds
+    feeds = [named_feed(run.runner, feed) for feed in batches]
     diagnose_layers(run.report, run.artifact, run.float_twin(), feeds, run.tolerances.integer, run.runner, run.progress)
 
 
@@ -118,9 +131,6 @@ PRECISION = Step("precision", _record_precision)  # read off the artifact before
 
 CHECK = Check(
     "quantization",
-    # (with --data the outputs are judged on the data's samples, which the layers are not compared on)
-    on_artifact=(Step("layers", _diagnose_layers,
-                      when=lambda run: run.active and integer_artifact(run) and not run.options["data"]
-                      and bool(weak_outputs(run.report))),),
+    on_artifact=(Step("layers", _diagnose_layers, when=_wants_layers),),
     keeps_source=integer_artifact,  # for the float twin its layers are compared with
 )

@@ -401,6 +401,9 @@ def test_int8_data_beyond_the_calibrated_range_is_named_as_such(tmp_path):
     assert entry["range"][1] == pytest.approx(1.0, abs=0.05)  # what the calibration data reached
     [finding] = [f for f in report.failures if f.data.get("data")]
     assert "SQNR" in finding.message and "13 sample(s) lie outside the calibration range" in finding.message
+    # The layers compared with the float model's on the batch holding the worst sample.
+    # (the first to fall below the floor: the input, clamped to its calibrated range)
+    assert finding.data["first_collapse"]["tensor"] == "input", report.quantization
 
 
 @pytest.mark.slow  # BERT's whole vocabulary: the slow suite's (the clipped input is caught by default)
