@@ -172,6 +172,13 @@ def load_artifact(run: Verification) -> None:
     else:
         run.runner.wait_loaded()
     run.report.runtime = run.runner.runtime
+    run.report.notes.extend(run.runner.notes)
+    run.report.arithmetic = dict(run.runner.arithmetic)
+    unexercised = {variant: what for variant, what in run.runner.arithmetic.items() if variant not in run.runner.variants}
+    for variant, what in unexercised.items():  # never green on a run that computed float16 in float32 alone
+        run.report.fail("runtime", f"the artifact computes in {variant}, and {variant} arithmetic was {what}; "
+                                   f"{run.runner.runtime} computed it in float32 alone: verify it where {variant} runs",
+                        data={"variant": variant})
 
 
 def _loading_message(run: Verification) -> str | None:

@@ -180,6 +180,9 @@ class Report:
     artifact: ArtifactInfo | None = None
     format: str | None = None
     runtime: str | None = None  # the runtime that ran the artifact (verifiers.runtimes; verify --runtime)
+    # An artifact that computes below float32 (float16): what each way of running it computed in, by
+    # variant ("default": the runtime's own run; "float16": float16 arithmetic emulated op by op).
+    arithmetic: dict[str, str] = field(default_factory=dict)
     requested_opset: int | None = None
     actual_opset: int | None = None
     exporter: str | None = None
@@ -357,6 +360,9 @@ class Report:
             lines.append(self._passed_line(passed))
         if self.data.get("outputs") and not self.failures:
             lines.append(self._data_line())
+        if self.arithmetic and not self.failures:
+            lines.append("  float16 arithmetic exercised: " + "; ".join(
+                f"{variant} run in {what.split(':')[0]}" for variant, what in self.arithmetic.items()))
         if self.quantization.get("mode") not in (None, "float"):
             lines.extend(self._quantization_lines())
         if self.dynamic and not self.failures:

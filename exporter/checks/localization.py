@@ -109,12 +109,20 @@ def localize(report: Report, source: Source, feeds: list[dict], reference: list,
     try:
         found = isolation.call(localize_artifact, artifact.format, artifact.path, trace,
                                artifact_feed(runner, feed), runner_class, EPSILONS[mode], output_keys,
-                               runtime=runner.runtime, step="localising the divergence")
+                               _arithmetic_variant(report), runtime=runner.runtime, step="localising the divergence")
     except Exception as exc:  # noqa: BLE001 - a diagnosis never changes the run's verdict
         report.notes.append(f"localisation: the artifact could not be run with its tensors kept: {one_line(exc)}")
         return
     found = module_by_weights(found, source, trace)
     report.divergence = {**found.to_dict(), "batch": which, "message": found.message(bool(numeric_failures(report)))}
+
+
+def _arithmetic_variant(report: Report) -> str | None:
+    """The variant to look inside: the first failure's, where it computes in another arithmetic than
+    the runtime's own run (float16 emulated), else None (the runtime's own run)."""
+    failures = numeric_failures(report)
+    variant = failures[0].data.get("variant") if failures else None
+    return variant if variant in report.arithmetic and variant != "default" else None
 
 
 def module_by_weights(divergence, source: Source, trace):

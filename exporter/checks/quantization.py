@@ -37,6 +37,10 @@ def record_precision(report: Report, artifact: Artifact, limits: IntegerThreshol
     precision = artifact.precision()
     quantized_io = {io.dtype for io in (*precision.inputs, *precision.outputs) if io.scale is not None}
     report.quantization.update({"mode": precision.mode, "io": "/".join(sorted(quantized_io)) or "float"})
+    if precision.mode == "fp16" and tolerances.atol is None and tolerances.rtol is None:
+        tolerances.scale_for("fp16")
+        report.notes.append(f"float16 tolerances, the artifact holding float16 values: atol {tolerances.atol:g}, "
+                            f"rtol {tolerances.rtol:g} (--atol and --rtol set others)")
     if precision.mode in INTEGER_MODES:  # (in a float or float-weight artifact every op computes in float)
         report.quantization["float_ops"] = [asdict(op) for op in precision.float_ops]
         violations = artifact.int8_spec_violations()

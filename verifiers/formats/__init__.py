@@ -131,6 +131,11 @@ class ArtifactFormat:
         `runner_class` (a verifiers.quantization.layers.LayerDiagnosis)."""
         raise NotImplementedError
 
+    def variant_model(self, path: Path, variant: str, folder: Path) -> Path:
+        """The artifact as a runtime variant runs it (Runner.arithmetic: float16 emulated), written
+        into `folder`, for the localisation to look inside."""
+        raise NotImplementedError(f"{self.name} artifacts have no {variant} variant to look inside")
+
 
 FORMATS: LazyRegistry[ArtifactFormat] = LazyRegistry("artifact format", {
     "onnx": "verifiers.formats.onnx:OnnxFormat",

@@ -18,6 +18,8 @@ error runs, through other such outputs only, to the segment's end.
 
 from __future__ import annotations
 
+import tempfile
+
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -81,23 +83,50 @@ class Point:
 
 
 @dataclass(frozen=True)
+class Overflow:
+    """Where a run in a narrower float (float16) first leaves its range: the artifact's op whose
+    value becomes Inf or NaN, and the source op whose values first reach beyond the range."""
+
+    node: str
+    index: int
+    op_type: str
+    values: int  # of its output's values, how many are Inf or NaN
+    limit: float  # the largest finite value of the precision (float16: 65504)
+    source_op: str | None = None  # the source's op, module and line, and how far its values reach
+    module: str | None = None
+    source: str | None = None
+    source_max_abs: float | None = None
+
+
+@dataclass(frozen=True)
 class Divergence:
     first: First | None
     path: tuple[Step, ...]
     aligned: int
     profile: tuple[Point, ...] = ()
     computed: int = 0  # float tensors the artifact computes
+    overflow: Overflow | None = None
+    precision: str = "float32"  # the arithmetic whose rounding the tolerances are made of
 
     def to_dict(self) -> dict:
         first = {k: v for k, v in asdict(self.first).items() if k != "weights"} if self.first else None
         return {"first": first, "path": [asdict(s) for s in self.path],
                 "aligned": self.aligned, "computed": self.computed,
-                "profile": [asdict(p) for p in self.profile]}
+                "profile": [asdict(p) for p in self.profile],
+                "overflow": asdict(self.overflow) if self.overflow else None}
 
     def message(self, red: bool = False) -> str:
         """One line; `red`: the outputs were found to differ (then nothing diverging means the
-        tolerances asked for are tighter than float32 rounding)."""
-        first = self.first
+        tolerances asked for are tighter than the arithmetic's rounding)."""
+        first, overflow = self.first, self.overflow
+        if overflow is not None:
+            reach = ""
+            if overflow.source_op is not None:
+                where = f" ({overflow.source})" if overflow.source else ""
+                reach = (f"; the source's {overflow.source_op} in {overflow.module or '<root>'}{where} reaches "
+                         f"{overflow.source_max_abs:.3g}, beyond {self.precision}'s largest {overflow.limit:g}")
+            return (f"first overflow in {self.precision}: {overflow.op_type} {shown(overflow.node)} makes "
+                    f"{overflow.values} value(s) Inf or NaN{reach}")
         if first is not None:
             where = f" ({first.source})" if first.source else ""
             return (f"first divergence: {first.op_type} {shown(first.node)} in {first.module or '<root>'}{where}: "
@@ -105,22 +134,28 @@ class Divergence:
         over = [p for p in self.profile if p.max_abs > p.tolerance]
         if over:
             worst = max(over, key=lambda p: p.max_abs)
-            return (f"no op introduces more than float32 rounding: the difference accumulates over {len(over)} "
+            return (f"no op introduces more than {self.precision} rounding: the difference accumulates over {len(over)} "
                     f"aligned tensor(s), up to max abs err {worst.max_abs:.3g} at {shown(worst.node)}")
         if red:
-            return (f"no op introduces more than float32 rounding and all {self.aligned} aligned tensor(s) stay within "
+            return (f"no op introduces more than {self.precision} rounding and all {self.aligned} aligned tensor(s) stay within "
                     "it: the outputs differ by rounding alone")
         return f"no divergence: {self.aligned} aligned tensor(s) agree with the source"
 
 
 def localize(fmt, path: Path, trace: SourceTrace, feed: dict[str, np.ndarray], runner_class,
-             epsilon: float = float(np.finfo(np.float32).eps), output_keys: dict[str, str] | None = None
-             ) -> Divergence:
+             epsilon: float = float(np.finfo(np.float32).eps), output_keys: dict[str, str] | None = None,
+             variant: str | None = None) -> Divergence:
     """The divergence of the artifact at `path` (of format `fmt`, a verifiers.formats ArtifactFormat)
     from its source on one batch (`feed`, under the
     artifact's input names; `trace`, what the source computed on it; `output_keys`, the source
-    tensor each artifact output was compared with). Runs where it is called: the API calls it in
-    the artifact's runtime worker."""
+    tensor each artifact output was compared with), as the runtime's `variant` runs it (None: its
+    own run; "float16": with float16 arithmetic emulated). Runs where it is called: the API calls it
+    in the artifact's runtime worker."""
+    if variant is not None:
+        with tempfile.TemporaryDirectory(prefix="exportgate-variant-") as folder:
+            found = localize(fmt, fmt.variant_model(path, variant, Path(folder)), trace, feed, runner_class, epsilon,
+                             output_keys)
+            return replace(found, precision=variant)
     graph = fmt.localization_graph(path)
     plain = graph.run(feed, graph.computed_floats(), {}, runner_class)
     floats = graph.learn(plain)
@@ -132,7 +167,36 @@ def localize(fmt, path: Path, trace: SourceTrace, feed: dict[str, np.ndarray], r
     if refolded:
         judge = _Judge(graph, trace, refolded, plain,
                        _forced(graph, trace, refolded, plain, feed, floats, runner_class), epsilon)
-    return judge.divergence(len(floats))
+    return replace(judge.divergence(len(floats)), overflow=first_overflow(graph, plain, trace, feed))
+
+
+# The largest finite value of the narrow floats an artifact's tensors may hold.
+FINITE_LIMITS = {"float16": float(np.finfo(np.float16).max)}
+
+
+def first_overflow(graph: ArtifactGraph, plain: dict[str, np.ndarray], trace: SourceTrace,
+                   feed: dict[str, np.ndarray]) -> Overflow | None:
+    """The first op, in the order the artifact runs them, that makes Inf or NaN from finite inputs
+    (`plain`: its float tensors, by id), on a batch whose inputs are finite; a Cast that makes
+    them stands for the op before it, whose value it narrows. The source op named beside it is the
+    first whose values reach beyond the narrow float's range (None where none does)."""
+    if not all(np.isfinite(value).all() for value in feed.values() if np.asarray(value).dtype.kind == "f"):
+        return None
+    for op in graph.ops:
+        made = [plain[t] for t in op.outputs if t in plain]
+        count = sum(int(np.size(v) - np.count_nonzero(np.isfinite(v))) for v in made)
+        if not count or any(not np.isfinite(plain[t]).all() for t in op.inputs if t in plain):
+            continue
+        named = op
+        if op.op_type == "Cast" and op.inputs and graph.tensors[op.inputs[0]].producer is not None:
+            named = graph.ops[graph.tensors[op.inputs[0]].producer]
+        limit = FINITE_LIMITS["float16"]
+        beyond = next((t for t in trace.coarse() if t.is_float and t.value.size
+                       and float(np.nanmax(np.abs(t.value))) > limit), None)
+        return Overflow(named.name, named.index, named.op_type, count, limit,
+                        *((beyond.op, beyond.module, beyond.location, float(np.nanmax(np.abs(beyond.value))))
+                          if beyond is not None else ()))
+    return None
 
 
 def _forced(graph, trace, anchors, plain, feed, floats, runner_class) -> dict[str, np.ndarray]:

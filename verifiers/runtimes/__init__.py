@@ -52,6 +52,10 @@ class Runner:
     runtime: str  # its name in RUNTIMES, and the distribution whose version the report records
     formats: tuple[str, ...]  # artifact formats it runs
     variants: tuple[str, ...] = ("default",)  # ways it runs an artifact; the first is the one that ships
+    # For an artifact that computes below float32: what each variant computes in, by variant (one
+    # named here and absent from `variants` could not run, and says why).
+    arithmetic: dict[str, str] = {}
+    notes: list[str] = []  # what the load found and let pass (the report's notes)
     imports: tuple[str, ...] = ()  # modules its loads import (a worker started early imports them ahead)
 
     def __init__(self, model: Path | bytes, data_folder: Path | None = None):

@@ -243,7 +243,7 @@ def serve(fd: int, memory: int, threads: int = 0) -> None:
                 except Exception as exc:  # the runtime's own loader refused the file
                     raise InvalidArtifact(f"{_model_name(model)}: {runner_class.runtime} cannot load it: "
                                           f"{one_line(exc)}") from exc
-                value = (runner.inputs, runner.outputs, runner.variants)
+                value = (runner.inputs, runner.outputs, runner.variants, dict(runner.arithmetic), list(runner.notes))
             else:  # "run_all"
                 value = runner.run_all(message[1])
             reply = ("ok", value)
@@ -457,6 +457,14 @@ class IsolatedRunner(Runner):
     @property
     def variants(self) -> tuple[str, ...]:
         return self.wait_loaded()._load.result()[2]
+
+    @property
+    def arithmetic(self) -> dict[str, str]:
+        return self.wait_loaded()._load.result()[3]
+
+    @property
+    def notes(self) -> list[str]:
+        return self.wait_loaded()._load.result()[4]
 
     def run(self, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
         return self.run_all(feed)[self.variants[0]]

@@ -156,6 +156,15 @@ class OnnxFormat(ArtifactFormat):
 
         return onnx_layer_errors(quantized, float_model, feeds, runner_class)
 
+    def variant_model(self, path: Path, variant: str, folder: Path) -> Path:
+        if variant != "float16":
+            return super().variant_model(path, variant, folder)
+        from verifiers.onnx_float16 import emulated
+
+        written = folder / f"{path.stem}.float16-emulated.onnx"
+        onnx.save(emulated(onnx.load(str(path))), str(written))
+        return written
+
 
 # ---- target checks ---------------------------------------------------------------------------------
 
