@@ -55,7 +55,8 @@ class Export(Verification):
     target: Target | None = None
     route: Route | None = None
     request: ExportRequest | None = None
-    calibration_feeds: list[dict] = field(default_factory=list)  # --quantize int8
+    # --quantize int8: the batches it calibrates on; fp16 (ONNX): those its values are measured on
+    calibration_feeds: list[dict] = field(default_factory=list)
     staging: Staging | None = None
     before_rewrite: Path | None = None  # the export before the --gelu rewrite, compared too
     outcome: PolicyOutcome | None = None
@@ -82,7 +83,7 @@ def check_options(run: Export) -> None:
     with about("opset"):
         check_opset(options["to"], run.opset, framework_named_by(run.model))
     quantization.check_integer_options(options["quantize"], options["io"], options["calibration"],
-                                  options["allow_float_ops"])
+                                       options["allow_float_ops"], options["keep_fp32"], options["to"])
     with about("gelu"):
         check_gelu_policy(options["gelu"])
     with about("dynamic"):
@@ -139,6 +140,10 @@ def _load_source(run: Export) -> None:
             calibration_data = data_set(run, dynamic, CALIBRATION_PART) if split else None
     make_feeds(run, data)
     sizes.axes = name_symbols([*declared, *sizes.axes], run.feeds[0])
+    if options["quantize"] == "fp16" and options["to"] == "onnx":  # the batches its values are measured on
+        measured = (data, f"--data {options['data']}") if data is not None else None
+        run.calibration_feeds, run.report.quantization["measured_on"] = quantization.calibration_feeds(
+            run.source, options["calibration"], options["seed"], sizes.axes, measured)
     if options["quantize"] == "int8":
         part = (calibration_data, f"{options['data']} ({PART_NAMES[CALIBRATION_PART]} samples)") if split else None
         run.calibration_feeds, calibration = quantization.calibration_feeds(run.source, options["calibration"],
@@ -210,7 +215,7 @@ def _export(run: Export) -> None:
     run.request = ExportRequest(options["to"], run.opset, options["exporter"], run.of(Sizes).axes,
                                 output_names=run.reference[0][0], sample_inputs=run.feeds[0],
                                 quantize=options["quantize"], io=options["io"], calibration=run.calibration_feeds,
-                                allow_float=options["allow_float_ops"])
+                                keep_fp32=list(options["keep_fp32"]), allow_float=options["allow_float_ops"])
     result = run.route.export(run.source, run.request, run.staging.path, run.progress)
     if result.quantization:
         run.report.quantization.update(result.quantization)

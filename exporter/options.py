@@ -134,16 +134,21 @@ OPTIONS: tuple[Option, ...] = (
     Option("exporter", "--exporter", str, "auto, or force one: dynamo, torchscript (PyTorch -> ONNX), tf2onnx "
            "(Keras -> ONNX), tflite-converter (Keras -> TFLite), litert-torch (PyTorch -> TFLite).", ("export",),
            default="auto", metavar="NAME", job=True, expects="an exporter name"),
-    Option("quantize", "--quantize", str, "int8 (full-integer post-training quantization, every route); TFLite also "
-           "fp16 (float16 weights) or dynamic-int8 (dynamic-range int8).", ("export",),
+    Option("quantize", "--quantize", str, "int8 (full-integer post-training quantization, every route); fp16 (ONNX: "
+           "float16 compute, the ops whose measured values float16 cannot hold kept float32; TFLite: float16 "
+           "weights); TFLite also dynamic-int8 (dynamic-range int8).", ("export",),
            metavar="int8|fp16|dynamic-int8", job=True, expects="int8, fp16 or dynamic-int8"),
-    Option("io", "--io", str, "With --quantize int8: the artifact's input and output types, float, int8 or uint8 "
-           "(TFLite).", ("export",), default="float", metavar="float|int8|uint8", job=True,
-           expects="float, int8 or uint8"),
-    Option("calibration", "--calibration", str, "With --quantize int8: calibration data, an .npz of arrays by input "
-           "name, a folder of .npz/.npy files, or file.py:callable yielding feed dicts (default: seeded random "
+    Option("io", "--io", str, "The artifact's input and output types: float; with --quantize int8, int8 or uint8 "
+           "(TFLite); with --quantize fp16, float16 (ONNX).", ("export",), default="float",
+           metavar="float|int8|uint8|float16", job=True, expects="float, int8, uint8 or float16"),
+    Option("calibration", "--calibration", str, "With --quantize int8: calibration data; with --quantize fp16 (ONNX): "
+           "the data whose values decide which ops stay float32. An .npz of arrays by input name, a folder of "
+           ".npz/.npy files, or file.py:callable yielding feed dicts (default: --data's samples, else seeded random "
            "batches).", ("export",), metavar="DATA", job=True,
            expects="a path (.npz, a folder) or file.py:callable", reads=True),
+    Option("keep_fp32", "--keep-fp32", list, "With --quantize fp16 (ONNX): keep this ONNX op type (Softmax) or the "
+           "ops of this module (encoder.layer.0) in float32, besides those kept by measurement. Repeatable.",
+           ("export",), default=(), metavar="OP_TYPE|MODULE", job=True),
     Option("allow_float_ops", "--allow-float-ops", bool, "With --quantize int8: let ops without an int8 kernel stay "
            "float (the report lists them) instead of failing.", ("export",), default=False, job=True),
     Option("target", "--target", str, "Export for this runtime or device (see `exportgate targets`), and check the "

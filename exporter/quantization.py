@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from exporter.options import flag_of
 from exporter.routes import check_io
 from exporter.sources import Source, make_batches
 from verifiers.errors import BadInput
@@ -18,18 +17,29 @@ from verifiers.errors import BadInput
 CALIBRATION_BATCHES = 8  # seeded random batches when no --calibration is given
 
 
-def check_integer_options(quantize: str | None, io: str, calibration: str | None, allow_float_ops: bool) -> None:
-    """The int8 options make sense together (before the model loads)."""
+def check_integer_options(quantize: str | None, io: str, calibration: str | None, allow_float_ops: bool,
+                          keep_fp32: list[str], to: str) -> None:
+    """The int8 and fp16 options make sense together, and with the format (before the model loads)."""
     check_io(io, quantize)
-    needs_int8 = [name for name, given in (("calibration", calibration is not None),
-                                           ("allow_float_ops", allow_float_ops)) if given]
-    if needs_int8 and quantize != "int8":
-        raise BadInput(f"{flag_of(needs_int8[0])} applies to full-integer exports only: add --quantize int8",
-                       option=needs_int8[0])
+    onnx_only = [flag for flag, given in (("--calibration", calibration is not None), ("--keep-fp32", bool(keep_fp32)),
+                                          ("--io float16", io == "float16")) if given]
+    if quantize == "fp16" and to != "onnx" and onnx_only:
+        raise BadInput(f"{onnx_only[0]} applies to ONNX float16 exports: a {to} fp16 export holds float16 weights "
+                       "and computes in float32, with nothing to measure or keep; export --to onnx, or leave it out",
+                       option=onnx_only[0].split()[0][2:].replace("-", "_"))
+    if allow_float_ops and quantize != "int8":
+        raise BadInput("--allow-float-ops applies to full-integer exports only: add --quantize int8",
+                       option="allow_float_ops")
+    if calibration is not None and quantize not in ("int8", "fp16"):
+        raise BadInput("--calibration applies to int8 and fp16 exports only: add --quantize int8 or fp16",
+                       option="calibration")
+    if keep_fp32 and quantize != "fp16":
+        raise BadInput("--keep-fp32 applies to float16 exports only: add --quantize fp16", option="keep_fp32")
 
 
 def calibration_feeds(source: Source, spec: str | None, seed: int, axes=(), data=None) -> tuple[list[dict], dict]:
-    """The feeds an int8 export is calibrated on, and how the report describes them: the user's
+    """The feeds an int8 export is calibrated on (an ONNX fp16 export's values measured on), and how
+    the report describes them: the user's
     --calibration data (sizes along the dynamic `axes` free), `data` ((an exporter.feed_files.DataSet
     of the --data samples it calibrates on, what to call them)), or seeded random batches (a
     different seed from the verification batches')."""

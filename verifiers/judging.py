@@ -222,9 +222,10 @@ def swapped_outputs(fmt: str, path: Path, sites: list, feeds: list[dict[str, np.
 
 
 def artifact_feed(runner: Runner, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Source inputs under the artifact's input names, quantized where the artifact takes quantized values."""
+    """Source inputs under the artifact's input names, as a caller hands them to it: quantized where
+    it takes quantized values, cast where it takes another float type (float16)."""
     named = named_feed(runner, feed)
-    return {info.name: _quantized(info, named[info.name]) for info in runner.inputs}
+    return {info.name: _as_taken(info, named[info.name]) for info in runner.inputs}
 
 
 def named_feed(runner: Runner, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -240,13 +241,42 @@ def named_feed(runner: Runner, feed: dict[str, np.ndarray]) -> dict[str, np.ndar
     return chosen
 
 
-def _quantized(info, value: np.ndarray) -> np.ndarray:
+FLOAT_TYPES = ("float16", "float32", "float64")  # the float types a feed is cast between
+
+
+def _as_taken(info, value: np.ndarray) -> np.ndarray:
     """A float source input for an artifact input holding quantized values: quantized with the
-    artifact's own scale and zero point, as a caller of the artifact would."""
-    if info.quantization is None or value.dtype.kind != "f":
+    artifact's own scale and zero point; for one of another float type: cast to it (as a caller of
+    the artifact would)."""
+    if value.dtype.kind != "f":
         return value
-    scale, zero_point = info.quantization
-    return quantize(value, scale, zero_point, np.dtype(info.dtype))
+    if info.quantization is not None:
+        scale, zero_point = info.quantization
+        return quantize(value, scale, zero_point, np.dtype(info.dtype))
+    if info.dtype in FLOAT_TYPES and info.dtype != value.dtype.name:
+        return value.astype(info.dtype)
+    return value
+
+
+HALF_TYPES = ("float16", "bfloat16")
+
+
+def half_type_changes(runner: Runner, feed: dict[str, np.ndarray], outputs: list[np.ndarray],
+                      pairs: list[tuple[int, int]]) -> list[tuple[str, str, str, str]]:
+    """The artifact's inputs and outputs in a 16-bit float type where the source's are wider: (input
+    or output, name, the artifact's type, the source's). (A float64 source's float32 artifact is
+    what every exporter to a float32-only format writes.)"""
+    changes = []
+    named = named_feed(runner, feed)
+    for info in runner.inputs:
+        value = named[info.name]
+        if value.dtype.kind == "f" and info.dtype in HALF_TYPES and value.dtype.name not in HALF_TYPES:
+            changes.append(("input", info.name, info.dtype, value.dtype.name))
+    for ref_index, art_index in pairs:
+        info, source = runner.outputs[art_index], np.asarray(outputs[ref_index]).dtype
+        if source.kind == "f" and info.dtype in HALF_TYPES and source.name not in HALF_TYPES:
+            changes.append(("output", info.name, info.dtype, source.name))
+    return changes
 
 
 def real_values(infos: list, outputs: list[np.ndarray]) -> list[np.ndarray]:

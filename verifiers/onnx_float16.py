@@ -66,7 +66,7 @@ def emulated(model: onnx.ModelProto) -> onnx.ModelProto:
             initializers.append(numpy_helper.from_array(numpy_helper.to_array(tensor).astype(np.float32), tensor.name))
         else:
             initializers.append(tensor)
-    for node in _sorted(graph):
+    for node in sorted_nodes(graph):
         copy = onnx.NodeProto()
         copy.CopyFrom(node)
         copy.input[:] = [held.get(name, name) for name in node.input]
@@ -94,7 +94,7 @@ def emulated(model: onnx.ModelProto) -> onnx.ModelProto:
     return rewritten
 
 
-def _sorted(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
+def sorted_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
     """The nodes in an order where each comes after those it reads (onnxruntime runs a graph out of
     order; the emulation's ops are listed in the order they run), the file's order kept otherwise."""
     made = {value.name for value in graph.input} | {tensor.name for tensor in graph.initializer} | {""}

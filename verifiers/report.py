@@ -208,7 +208,9 @@ class Report:
     # "location"}. Hints only: the verdict comes from the runs at other sizes.
     dynamic_hints: list[dict[str, Any]] = field(default_factory=list)
     # An integer artifact: {"mode", "io", "float_ops", "calibration": {"source", "batches", "random"},
-    # "method", "layers": [{"tensor", "op_type", "sqnr_db", ...} worst first], "first_collapse"}.
+    # "method", "layers": [{"tensor", "op_type", "sqnr_db", ...} worst first], "first_collapse"}. An ONNX
+    # fp16 export: {"mode": "fp16", "io", "method", "measured_on": {"source", "batches", "random"}, "ops",
+    # "kept_float32": [{"node", "op_type", "why", "max_abs"}]} (exporter.routes.onnx_float16).
     quantization: dict[str, Any] = field(default_factory=dict)
     # Where a numeric difference starts (a red run, or --localize; verifiers.localization): {"first": {"node",
     # "op_type", "module", "source", "introduced_max_abs", "inherited_max_abs", "covers", "tensor",
@@ -321,6 +323,11 @@ class Report:
         lines = [head]
         if calibration and calibration.get("random"):
             lines.append("  the calibration data was random: no evidence of accuracy on real inputs (give --calibration)")
+        if "kept_float32" in q:
+            kept = q["kept_float32"]
+            shown = ", ".join(f"{k['op_type']} {k['node']}" for k in kept[:5]) + (", ..." if len(kept) > 5 else "")
+            lines.append(f"  {q['ops'] - len(kept)} of {q['ops']} op(s) in float16; kept float32: {shown or 'none'}"
+                         f"{' (quantization.kept_float32 says why)' if kept else ''}")
         if q.get("float_ops"):
             first = q["float_ops"][0]
             lines.append(f"  {len(q['float_ops'])} float op(s), first {first['node']} ({first['op_type']})")

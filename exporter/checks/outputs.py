@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from exporter.verification import Check, Verification, runs_the_artifact
-from verifiers.judging import Comparison, compare
+from verifiers.judging import Comparison, compare, half_type_changes
 from verifiers.steps import Step
 
 
@@ -24,6 +24,7 @@ def compare_outputs(run: Verification) -> None:
     run.of(Outputs).comparison = compare(run.report, run.runner, run.feeds, run.reference, run.tolerances,
                                          run.progress)
     run.report.verified = True
+    _judge_float_types(run)
     if run.options["data"] and run.tolerances.integer is not None:
         # An int8 artifact is judged on the data (exporter.checks.data): its calibration chose the
         # ranges the data has, which example or random inputs need not keep to.
@@ -31,6 +32,21 @@ def compare_outputs(run: Verification) -> None:
         del run.report.failures[before:]
         run.report.notes.extend(f"int8 artifact judged on --data alone; on the batches besides it: {f.message}"
                                 for f in set_aside)
+
+
+def _judge_float_types(run: Verification) -> None:
+    """An input or output in float16 where the source's is float32 changes the interface every
+    caller codes against: a failure, or a note where the export was asked for it (--io float16)."""
+    asked = run.options.get("io") == "float16"
+    for side, name, found, expected in half_type_changes(run.runner, run.feeds[0], run.reference[0][2],
+                                                         run.of(Outputs).comparison.pairs):
+        message = f"{side} {name}: the artifact's is {found}, the source's {expected}"
+        if asked:
+            run.report.notes.append(f"{message} (--io {run.options['io']})")
+        else:
+            run.report.fail("numeric", f"{message}, a type every caller of the artifact sees: keep the source's "
+                                       "types at its inputs and outputs (export --io float, or keep_io_types=True)",
+                            output=name if side == "output" else None, data={"cause": "dtype", side: name})
 
 
 CHECK = Check(

@@ -35,7 +35,8 @@ def record_precision(report: Report, artifact: Artifact, limits: IntegerThreshol
     """The artifact's precision in report.quantization (an int8 export's route has refused ops
     left float already, unless --allow-float-ops); an integer artifact's outputs are judged by `limits`."""
     precision = artifact.precision()
-    quantized_io = {io.dtype for io in (*precision.inputs, *precision.outputs) if io.scale is not None}
+    quantized_io = {io.dtype for io in (*precision.inputs, *precision.outputs)
+                    if io.scale is not None or io.dtype in ("float16", "bfloat16")}
     report.quantization.update({"mode": precision.mode, "io": "/".join(sorted(quantized_io)) or "float"})
     if precision.mode == "fp16" and tolerances.atol is None and tolerances.rtol is None:
         tolerances.scale_for("fp16")

@@ -20,7 +20,7 @@ from exporter.sources import Source
 from verifiers.sizes import DynamicAxis
 
 Progress = Callable[[str], None]
-IO_TYPES = ("float", "int8", "uint8")
+IO_TYPES = ("float", "int8", "uint8", "float16")
 # Ops that only convert between float and int8 around an op left float.
 CONVERSION_OPS = frozenset({"QUANTIZE", "DEQUANTIZE", "QuantizeLinear", "DequantizeLinear"})
 
@@ -33,13 +33,14 @@ class ExportRequest:
     dynamic: list[DynamicAxis] = field(default_factory=list)
     output_names: list[str] = field(default_factory=list)  # the source's, given to the artifact
     sample_inputs: dict = field(default_factory=dict)  # one input batch, for tracing
-    # None; "int8" (full-integer, calibrated: every route); TFLite only: "fp16" (float16 weights),
-    # "dynamic-int8" (dynamic range)
+    # None; "int8" (full-integer, calibrated: every route); "fp16" (ONNX: float16 compute, measured
+    # ops kept float32; TFLite: float16 weights); TFLite only: "dynamic-int8" (dynamic range)
     quantize: str | None = None
-    io: str = "float"  # --quantize int8: the artifact's input/output types where the route allows (IO_TYPES)
-    # --quantize int8: the feeds to calibrate on, keyed by the source's input names, already checked
-    # (exporter.feed_files.load_calibration, or seeded random batches)
+    io: str = "float"  # --quantize int8 or fp16: the artifact's input/output types where the route allows (IO_TYPES)
+    # --quantize int8: the feeds to calibrate on; fp16: to measure the values on; keyed by the
+    # source's input names, already checked (exporter.feed_files.load_calibration, or seeded random batches)
     calibration: list[dict[str, np.ndarray]] = field(default_factory=list)
+    keep_fp32: list[str] = field(default_factory=list)  # --quantize fp16: op types and modules kept float32
     allow_float: bool = False  # --quantize int8: ops that cannot be quantized may stay float
 
 
@@ -55,10 +56,13 @@ class ExportResult:
 
 
 def check_io(io: str, quantize: str | None) -> None:
-    """--io is one of IO_TYPES, and other than float only with --quantize int8."""
+    """--io is one of IO_TYPES: int8 and uint8 only with --quantize int8, float16 only with fp16."""
     if io not in IO_TYPES:
         raise BadInput(f"--io {io!r}: choose one of {', '.join(IO_TYPES)}", option="io")
-    if io != "float" and quantize != "int8":
+    if io == "float16" and quantize != "fp16":
+        raise BadInput("--io float16 sets the input/output types of float16 exports only: add --quantize fp16",
+                       option="io")
+    if io in ("int8", "uint8") and quantize != "int8":
         raise BadInput(f"--io {io} sets the input/output types of full-integer exports only: add --quantize int8",
                        option="io")
 

@@ -35,6 +35,7 @@ from verifiers.errors import Incompatible, one_line
 from exporter.frameworks import FRAMEWORKS
 from exporter.frameworks.keras_framework import prepare_keras_environment
 from exporter.routes import ExportRequest, ExportResult, Route, check_int8_request
+from exporter.routes.onnx_float16 import export_fp16, measure_in_worker
 from exporter.routes.onnx_quantize import export_int8
 from verifiers.quiet import quiet_exporter
 from exporter.sources import Source
@@ -186,7 +187,7 @@ class KerasToOnnx(Route):
     framework = "keras"
     format = "onnx"
     exporters = ("tf2onnx",)
-    quantize_modes = ("int8",)
+    quantize_modes = ("int8", "fp16")
     opsets_written_by = (f"tf2onnx {TF2ONNX_MIN_OPSET} to {TF2ONNX_CONVERT_OPSET}, converted up to onnx's latest "
                          "by onnx.version_converter")
 
@@ -199,6 +200,9 @@ class KerasToOnnx(Route):
         check_int8_request(request)
         if request.quantize == "int8":
             return export_int8(lambda path: self._export_float(source, request, path, progress), request, dest, progress)
+        if request.quantize == "fp16":
+            return export_fp16(lambda path: self._export_float(source, request, path, progress), request, dest,
+                               progress, measure_in_worker)
         return self._export_float(source, request, dest, progress)
 
     def _export_float(self, source: Source, request: ExportRequest, dest: Path, progress) -> ExportResult:

@@ -31,6 +31,7 @@ from pathlib import Path
 from verifiers.errors import ExportgateError, Incompatible, one_line
 from exporter.frameworks import FRAMEWORKS
 from exporter.routes import ExportRequest, ExportResult, Route, check_int8_request
+from exporter.routes.onnx_float16 import export_fp16, measure_in_worker
 from exporter.routes.onnx_quantize import export_int8
 from exporter.routes import torchscript_symbolics
 from verifiers.quiet import quiet_exporter
@@ -265,7 +266,7 @@ class TorchToOnnx(Route):
     framework = "torch"
     format = "onnx"
     exporters = tuple(EXPORTERS)
-    quantize_modes = ("int8",)
+    quantize_modes = ("int8", "fp16")
     opsets_written_by = (f"the TorchScript exporter {TORCHSCRIPT_MIN_OPSET} to {TORCHSCRIPT_MAX_OPSET}, the dynamo "
                          f"exporter {DYNAMO_BASE_OPSET} converted up to {DYNAMO_MAX_OPSET} by onnxscript")
 
@@ -276,6 +277,9 @@ class TorchToOnnx(Route):
         check_int8_request(request)
         if request.quantize == "int8":
             return export_int8(lambda path: self._export_float(source, request, path, progress), request, dest, progress)
+        if request.quantize == "fp16":
+            return export_fp16(lambda path: self._export_float(source, request, path, progress), request, dest,
+                               progress, measure_in_worker)
         return self._export_float(source, request, dest, progress)
 
     def _export_float(self, source: Source, request: ExportRequest, dest: Path, progress) -> ExportResult:
