@@ -168,3 +168,37 @@ def test_transformers_folders_converted_to_float16_pass_in_float16_arithmetic(na
     assert report.exit_code == 0, report.summary_lines()
     assert report.arithmetic["float16"].startswith("float16")
     assert report.variant_outputs["float16"] and all(o.passed for o in report.variant_outputs["float16"])
+
+
+def test_a_constant_the_converter_clamped_to_65504_is_named(tmp_path):
+    """The constant 1e5 is beyond float16: onnxruntime's converter clamps it to 65504, and every
+    output is a third off; the first diverging op is the one that reads it, and the clamp is said."""
+    source = f"{MODELS / 'float16_models.py'}:large_constant"
+    path, _ = _converted(source, tmp_path)
+
+    report = api.verify(path, source=source)
+
+    assert report.exit_code == 1, report.summary_lines()
+    assert report.divergence["first"]["op_type"] == "Mul"
+    assert report.divergence["first"]["source"] == (
+        f"float16_models.py:{_line_of(float16_models.large_constant, 'scaled = torch.tanh')}")
+    [clamped] = report.divergence["clamped"]
+    constants = {node.output[0]: onnx.numpy_helper.to_array(node.attribute[0].t)
+                 for node in onnx.load(str(path)).graph.node if node.op_type == "Constant"}
+    assert float(constants[clamped]) == 65504.0
+    assert "a constant clamped by a float16 converter" in report.divergence["message"]
+
+
+def test_float16_inputs_and_outputs_where_the_source_has_float32_fail_naming_them(tmp_path):
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    assert api.export(MLP, to="onnx", opset=17, out=tmp_path / "mlp.onnx").exit_code == 0
+    onnx.save(convert_float_to_float16(onnx.load(str(tmp_path / "mlp.onnx")), keep_io_types=False),
+              str(tmp_path / "all-float16.onnx"))
+
+    report = api.verify(tmp_path / "all-float16.onnx", source=MLP)
+
+    assert report.exit_code == 1, report.summary_lines()
+    typed = {(f.data.get("input"), f.data.get("output")) for f in report.failures if f.data.get("cause") == "dtype"}
+    assert typed == {("input", None), (None, "output")}
+    assert all(f.passed for f in report.outputs)  # its values are right: only the types changed

@@ -107,13 +107,16 @@ class Divergence:
     computed: int = 0  # float tensors the artifact computes
     overflow: Overflow | None = None
     precision: str = "float32"  # the arithmetic whose rounding the tolerances are made of
+    # constants the first diverging op reads that hold float16's largest value, where converters
+    # clamp what float16 cannot hold
+    clamped: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
         first = {k: v for k, v in asdict(self.first).items() if k != "weights"} if self.first else None
         return {"first": first, "path": [asdict(s) for s in self.path],
                 "aligned": self.aligned, "computed": self.computed,
                 "profile": [asdict(p) for p in self.profile],
-                "overflow": asdict(self.overflow) if self.overflow else None}
+                "overflow": asdict(self.overflow) if self.overflow else None, "clamped": list(self.clamped)}
 
     def message(self, red: bool = False) -> str:
         """One line; `red`: the outputs were found to differ (then nothing diverging means the
@@ -129,8 +132,10 @@ class Divergence:
                     f"{overflow.values} value(s) Inf or NaN{reach}")
         if first is not None:
             where = f" ({first.source})" if first.source else ""
+            clamp = (f"; it reads {', '.join(map(shown, self.clamped))}, holding float16's largest value "
+                     f"{FINITE_LIMITS['float16']:g}: a constant clamped by a float16 converter") if self.clamped else ""
             return (f"first divergence: {first.op_type} {shown(first.node)} in {first.module or '<root>'}{where}: "
-                    f"introduces max abs err {first.introduced_max_abs:.3g}")
+                    f"introduces max abs err {first.introduced_max_abs:.3g}{clamp}")
         over = [p for p in self.profile if p.max_abs > p.tolerance]
         if over:
             worst = max(over, key=lambda p: p.max_abs)
@@ -167,7 +172,21 @@ def localize(fmt, path: Path, trace: SourceTrace, feed: dict[str, np.ndarray], r
     if refolded:
         judge = _Judge(graph, trace, refolded, plain,
                        _forced(graph, trace, refolded, plain, feed, floats, runner_class), epsilon)
-    return replace(judge.divergence(len(floats)), overflow=first_overflow(graph, plain, trace, feed))
+    found = judge.divergence(len(floats))
+    return replace(found, overflow=first_overflow(graph, plain, trace, feed), clamped=clamped_constants(graph, found))
+
+
+def clamped_constants(graph: ArtifactGraph, divergence: Divergence) -> tuple[str, ...]:
+    """The constants the first diverging op reads that hold float16's largest magnitude (65504)."""
+    if divergence.first is None:
+        return ()
+    limit = FINITE_LIMITS["float16"]
+    found = []
+    for tensor in graph.ops[divergence.first.index].inputs:
+        value = graph.constant(tensor) if tensor and graph.tensors[tensor].constant else None
+        if value is not None and value.dtype.kind == "f" and np.any(np.abs(value.astype(np.float64)) == limit):
+            found.append(graph.tensors[tensor].name)
+    return tuple(found)
 
 
 # The largest finite value of the narrow floats an artifact's tensors may hold.

@@ -100,8 +100,10 @@ class OnnxGraph(ArtifactGraph):
 
         tensor_id = self.aliases.get(tensor_id, tensor_id)
         init = next((i for i in self.model.graph.initializer if i.name == tensor_id), None)
-        if init is None:
-            return None
+        if init is None:  # a Constant node's value
+            made = next((n for n in self.model.graph.node if n.op_type == "Constant" and tensor_id in n.output), None)
+            value = next((a.t for a in made.attribute if a.name == "value"), None) if made is not None else None
+            return None if value is None else numpy_helper.to_array(value)
         if init.data_location == onnx.TensorProto.EXTERNAL:
             from onnx.external_data_helper import load_external_data_for_tensor
 
