@@ -202,3 +202,17 @@ def test_float16_inputs_and_outputs_where_the_source_has_float32_fail_naming_the
     typed = {(f.data.get("input"), f.data.get("output")) for f in report.failures if f.data.get("cause") == "dtype"}
     assert typed == {("input", None), (None, "output")}
     assert all(f.passed for f in report.outputs)  # its values are right: only the types changed
+
+
+def test_a_float16_artifact_whose_gelu_became_tanh_is_named_by_structure(tmp_path):
+    """float16 cannot tell exact from tanh by value (4.7e-4 apart, float16's spacing near 2.7 is
+    2e-3): the outputs pass float16's tolerances, and the guard names the change by structure."""
+    exact, tanh = (f"{MODELS / 'torch_models.py'}:{name}" for name in ("mlp_exact", "mlp_tanh"))
+    path, _ = _converted(tanh, tmp_path)
+
+    report = api.verify(path, source=exact)
+
+    assert report.exit_code == 3, report.summary_lines()
+    assert all(o.passed for o in report.outputs)  # within float16's tolerances
+    [changed] = [f for f in report.failures if f.kind == "gelu"]
+    assert "is exact" in changed.message and "tanh" in changed.message
