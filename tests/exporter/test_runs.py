@@ -444,7 +444,8 @@ opset = 17
 # Values a job may give the options that take names (the rest follow from each option's type).
 _NAMED_VALUES = {"to": "onnx", "opset": 17, "exporter": "torchscript", "quantize": "int8", "io": "float",
                  "calibration": "data.npz", "data": "data.npz", "target": "ort-1.16", "gelu": "preserve", "inputs": ["x:2x4:float32"],
-                 "dynamic": ["x:0"], "atol": ["1e-3"], "rtol": ["1e-2"], "task": "text-classification"}
+                 "dynamic": ["x:0"], "atol": ["1e-3"], "rtol": ["1e-2"], "task": "text-classification",
+                 "keep_fp32": ["Softmax"]}
 
 
 def _job_value(option):
@@ -473,21 +474,29 @@ def test_a_job_can_set_every_option_export_takes(tmp_path):
                 and option.name not in ("out", "matrix")]
     assert [option.name for option in settable if not option.job] == []
     values = {option.name: _job_value(option) for option in settable}
+    # Two jobs: the int8 options and the float16 ones exclude each other.
+    by_job = {"int8": {k: v for k, v in values.items() if k != "keep_fp32"},
+              "fp16": {**{k: v for k, v in values.items() if k != "allow_float_ops"}, "quantize": "fp16"}}
     (tmp_path / "data.npz").write_bytes(b"")
     (tmp_path / "folder").mkdir()
     (tmp_path / "folder" / "config.json").write_text("{}")
-    fields = "\n".join(f"{name} = {json.dumps(value)}" for name, value in values.items())
-    (tmp_path / "exportgate.toml").write_text('[models.m]\nspec = "folder"\n\n[artifacts.a]\n' + fields)
-    assert tomllib.loads((tmp_path / "exportgate.toml").read_text())["artifacts"]["a"] == values
+    tables = [f"[artifacts.{name}]\n" + "\n".join(f"{key} = {json.dumps(value)}" for key, value in fields.items())
+              for name, fields in by_job.items()]
+    (tmp_path / "exportgate.toml").write_text('[models.m]\nspec = "folder"\n\n' + "\n\n".join(tables))
+    assert tomllib.loads((tmp_path / "exportgate.toml").read_text())["artifacts"] == by_job
 
-    (job,) = load_config(tmp_path / "exportgate.toml").jobs
-    args = export_arguments(job, tmp_path / "out.onnx", tmp_path / "report.json", {})
     command = typer.main.get_command(app).commands["export"]
-    parsed = command.make_context("export", args[1:]).params
-    for option in settable:
-        given = parsed[option.parameter]
-        given = (not given) if option.negated else given
-        expected = values[option.name]
-        if option.reads:  # resolved against the config's folder
-            expected = str(tmp_path / expected)
-        assert given == expected, (option.name, given, expected, args)
+    for job in load_config(tmp_path / "exportgate.toml").jobs:
+        fields = by_job[job.id.split("/")[1]]
+        args = export_arguments(job, tmp_path / "out.onnx", tmp_path / "report.json", {})
+        parsed = command.make_context("export", args[1:]).params
+        for option in settable:
+            if option.name not in fields:
+                continue
+            given = parsed[option.parameter]
+            given = (not given) if option.negated else given
+            expected = fields[option.name]
+            if option.reads:  # resolved against the config's folder
+                expected = str(tmp_path / expected)
+            assert given == expected, (option.name, given, expected, args)
+    assert {name for fields in by_job.values() for name in fields} == set(values)

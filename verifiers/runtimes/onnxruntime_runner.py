@@ -178,7 +178,8 @@ class OnnxRuntimeRunner(Runner):
         return self.session.run(None, feed)
 
     def run_all(self, feed: dict[str, np.ndarray]) -> dict[str, list[np.ndarray]]:
-        return {variant: session.run(None, feed) for variant, session in self.sessions.items()}
+        return {"default": self.run(feed),
+                **{variant: session.run(None, feed) for variant, session in self.sessions.items() if variant != "default"}}
 
 
 def _info(arg) -> TensorInfo:
