@@ -9,7 +9,9 @@ float16 model that overflows there passes on x86.
 `emulated(model)` is the same graph in float32 with every value the model holds in float16 rounded
 to float16 where it is made: each op that writes a float16 tensor computes in float32, and its
 output goes through Cast to float16 (round to nearest even, Inf beyond the range) and back. Ops the
-model keeps in float32 stay so; graph inputs and outputs keep their types. Run without graph
+model keeps in float32 stay so; graph inputs and outputs keep their types. float16 weights stay
+where they lie (in the model, or in the file a structure read without weights points at) and are
+cast to float32 as the graph runs: the emulation holds no copy of them. Run without graph
 optimizations (so no cast pair is folded away), it gives the values a float16 device gives for
 ops computed in float32 and rounded once, which is how elementwise kernels and float16 matmuls
 with float32 accumulation compute.
@@ -62,10 +64,14 @@ def emulated(model: onnx.ModelProto) -> onnx.ModelProto:
             nodes.append(helper.make_node("Cast", [value.name], [held[value.name]], to=FLOAT,
                                           name=f"{value.name}::input_to_float32"))
     for tensor in graph.initializer:
-        if tensor.name in held:
-            initializers.append(numpy_helper.from_array(numpy_helper.to_array(tensor).astype(np.float32), tensor.name))
-        else:
-            initializers.append(tensor)
+        initializers.append(tensor)
+        if tensor.name in held:  # a float16 weight, read as it lies (in the file, or its data) and cast at run time
+            stored = onnx.TensorProto()
+            stored.CopyFrom(tensor)
+            stored.name = tensor.name + ROUNDED
+            initializers[-1] = stored
+            nodes.append(helper.make_node("Cast", [stored.name], [tensor.name], to=FLOAT,
+                                          name=f"{tensor.name}::weight_to_float32"))
     for node in sorted_nodes(graph):
         copy = onnx.NodeProto()
         copy.CopyFrom(node)

@@ -88,25 +88,24 @@ class OnnxRuntimeRunner(Runner):
     def _emulate_float16(self, options) -> None:
         """A second session with float16 arithmetic emulated, for a file that computes in float16
         (see the module's docstring); where it cannot be made, `arithmetic` says why."""
-        import onnx
         import onnxruntime as ort
 
         from verifiers.onnx_float16 import NotEmulated, computes_in_float16, emulated
         from verifiers.onnx_model import load_structure
 
-        if not computes_in_float16(load_structure(self.path).model):
+        structure = load_structure(self.path).model  # its weights where they lie, in the file or its data
+        if not computes_in_float16(structure):
             return
         self.arithmetic = {"default": FLOAT32_KERNELS}
         try:
-            model = emulated(onnx.load(str(self.path)))
-            if model.ByteSize() >= 2**31:
-                raise NotEmulated("its float32 weights pass protobuf's 2 GB")
+            model = emulated(structure)
         except NotEmulated as exc:
             self.arithmetic["float16"] = f"not run: the emulation cannot rewrite it: {exc}"
             return
         emulation = ort.SessionOptions()
         emulation.intra_op_num_threads = options.intra_op_num_threads
         emulation.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # no cast pair folded
+        emulation.add_session_config_entry(_EXTERNAL_DATA_FOLDER, str(self.path.parent))
         try:
             self.sessions["float16"] = ort.InferenceSession(model.SerializeToString(), emulation,
                                                             providers=["CPUExecutionProvider"])
