@@ -183,6 +183,9 @@ def clamped_constants(graph: ArtifactGraph, divergence: Divergence) -> tuple[str
     limit = FINITE_LIMITS["float16"]
     found = []
     for tensor in graph.ops[divergence.first.index].inputs:
+        producer = graph.tensors[tensor].producer if tensor else None
+        if producer is not None and graph.ops[producer].op_type == "Cast":  # a weight cast as the graph runs
+            tensor = graph.ops[producer].inputs[0]
         value = graph.constant(tensor) if tensor and graph.tensors[tensor].constant else None
         if value is not None and value.dtype.kind == "f" and np.any(np.abs(value.astype(np.float64)) == limit):
             found.append(graph.tensors[tensor].name)
