@@ -68,7 +68,7 @@ class OnnxRuntimeRunner(Runner):
                 options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         else:
             self.path = source = Path(model)
-            self._check_file(self.path)
+            structure = self._check_file(self.path)
         try:
             self.session = ort.InferenceSession(source if isinstance(source, bytes) else str(source), options,
                                                 providers=["CPUExecutionProvider"])
@@ -83,17 +83,16 @@ class OnnxRuntimeRunner(Runner):
         self.outputs = [_info(o) for o in self.session.get_outputs()]
         self.sessions = {"default": self.session}
         if not isinstance(source, bytes):
-            self._emulate_float16(options)
+            self._emulate_float16(structure, options)
 
-    def _emulate_float16(self, options) -> None:
+    def _emulate_float16(self, structure, options) -> None:
         """A second session with float16 arithmetic emulated, for a file that computes in float16
-        (see the module's docstring); where it cannot be made, `arithmetic` says why."""
+        (see the module's docstring; `structure`: the file's graph, its weights where they lie);
+        where it cannot be made, `arithmetic` says why."""
         import onnxruntime as ort
 
         from verifiers.onnx_float16 import NotEmulated, computes_in_float16, emulated
-        from verifiers.onnx_model import load_structure
 
-        structure = load_structure(self.path).model  # its weights where they lie, in the file or its data
         if not computes_in_float16(structure):
             return
         self.arithmetic = {"default": FLOAT32_KERNELS}
@@ -158,12 +157,13 @@ class OnnxRuntimeRunner(Runner):
         results = session.run(list(keep), {i.name: feed[i.name] for i in session.get_inputs()})
         return dict(zip(keep, results))
 
-    def _check_file(self, path: Path) -> None:
+    def _check_file(self, path: Path):
+        """onnx.checker's full check; the file's structure (its graph, read without its weights)."""
         import onnx
 
         from verifiers.onnx_model import load_structure
 
-        load_structure(path)  # refuses external data outside the model's folder before any read
+        structure = load_structure(path).model  # refuses external data outside the model's folder before any read
         try:
             onnx.checker.check_model(str(path), full_check=True)
         except Exception as exc:
@@ -172,6 +172,7 @@ class OnnxRuntimeRunner(Runner):
                 raise InvalidArtifact(f"{path}: fails onnx.checker: {type(exc).__name__}: {message}") from exc
             # onnxruntime sorts the graph itself, and the artifact is verified as it runs there
             self.notes = [f"onnx.checker refuses the file, and onnxruntime loads it: {message}"]
+        return structure
 
     def run(self, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
         return self.session.run(None, feed)
