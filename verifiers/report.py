@@ -219,7 +219,8 @@ class Report:
     # "introduced_max_abs", "tolerance"} per aligned tensor], "batch": which batch, "message": one line}.
     divergence: dict[str, Any] = field(default_factory=dict)
     # A decoder with past run as generation runs it (exporter.checks.generation): prompt_length,
-    # decode_steps, tokens (transformers' generate), steps [{step, past_length, max_abs_err, worst_row,
+    # decode_steps, variants (the runtime's ways of running it that generated, each on its own cache;
+    # steps are the first's), tokens (transformers' generate), steps [{step, past_length, max_abs_err, worst_row,
     # tokens, expected_tokens, tied_rows: the rows whose token differs where the top two logits tie
     # within the artifact's error (a note, not a failure)}]. On --data's prompts: prompts (their
     # number), decode_steps, steps [{step, max_abs_err, worst_sample, samples, tokens_differ and

@@ -172,8 +172,10 @@ def cache_names(input_names: list[str], output_names: list[str]) -> dict[str, st
 
 def check_generation(report: Report, runner, generation: Generation, tolerances: Tolerances) -> tuple[list[dict], list[np.ndarray]] | None:
     """Run the artifact step by step on the reference's inputs, its own presents as its past, and
-    fail on logits or tokens that differ (see the module docstring); how every step went, and the
-    artifact's logits (None: it has no output to carry its cache or its logits, a failure)."""
+    fail on logits or tokens that differ (see the module docstring), in every way the runner runs
+    it (runner.variants: a float16 model also in float16 arithmetic), each on its own cache; how
+    every step went in the first, and its logits (None: the artifact has no output to carry its
+    cache or its logits, a failure)."""
     inputs = {info.name: info for info in runner.inputs}
     outputs = [info.name for info in runner.outputs]
     cache = cache_names(list(inputs), outputs)
@@ -184,15 +186,21 @@ def check_generation(report: Report, runner, generation: Generation, tolerances:
         report.fail("numeric", f"generate: the artifact has no output {missing} (a past input takes it next step)")
         return None
     batch = generation.tokens.shape[0]
-    past = {name: np.zeros((batch, inputs[name].shape[1], 0, inputs[name].shape[3]), np.dtype(inputs[name].dtype))
-            for name in cache}
-    logits = []
+    empty = {name: np.zeros((batch, inputs[name].shape[1], 0, inputs[name].shape[3]), np.dtype(inputs[name].dtype))
+             for name in cache}
+    variants = runner.variants
+    past = {variant: empty for variant in variants}
+    logits: dict[str, list[np.ndarray]] = {variant: [] for variant in variants}
     for step in generation.steps:
         feed = {name: value for name, value in step.feed.items() if name in inputs}
-        result = dict(zip(outputs, runner.run({**feed, **past})))
-        logits.append(result["logits"][:, -1, :].astype(np.float32))
-        past = {name: result[present] for name, present in cache.items()}
-    return judge_generation(report, generation, logits, tolerances), logits
+        results = runner.run_each({variant: {**feed, **past[variant]} for variant in variants})
+        for variant, values in results.items():
+            result = dict(zip(outputs, values))
+            logits[variant].append(result["logits"][:, -1, :].astype(np.float32))
+            past[variant] = {name: result[present] for name, present in cache.items()}
+    for variant in variants[1:]:
+        judge_generation(report, generation, logits[variant], tolerances, variant)
+    return judge_generation(report, generation, logits[variants[0]], tolerances), logits[variants[0]]
 
 
 def forced_tokens(generation: Generation) -> list[tuple[list[int], list[int]]]:
@@ -207,11 +215,14 @@ def forced_tokens(generation: Generation) -> list[tuple[list[int], list[int]]]:
     return rows
 
 
-def judge_generation(report: Report, generation: Generation, logits: list[np.ndarray], tolerances: Tolerances
-                     ) -> list[dict]:
+def judge_generation(report: Report, generation: Generation, logits: list[np.ndarray], tolerances: Tolerances,
+                     variant: str | None = None) -> list[dict]:
     """Hold the artifact's last-position logits at every step, (batch, vocabulary) each, against
-    transformers' and its greedy tokens against generate's: how every step went."""
+    transformers' and its greedy tokens against generate's, as `variant` of the runtime ran it
+    (None: its first, unnamed in messages): how every step went."""
     tolerance = tolerances.for_output("logits", np.float32)
+    label = "" if variant is None else f"({variant}) "
+    ran = {} if variant is None else {"variant": variant}
     steps = []
     rows = generation.rows
     for index, (step, found) in enumerate(zip(generation.steps, logits)):
@@ -229,22 +240,22 @@ def judge_generation(report: Report, generation: Generation, logits: list[np.nda
         sample = {} if generation.numbers is None else {"sample": generation.numbers[worst_row]}
         if (error > allowed).any():
             on = "" if generation.numbers is None else f" ({generation.row_name(worst_row)})"
-            report.fail("numeric", f"generate: {where}: output logits: max abs err {worst:.3g}{on} (atol "
+            report.fail("numeric", f"{label}generate: {where}: output logits: max abs err {worst:.3g}{on} (atol "
                                    f"{tolerance.atol:g}, rtol {tolerance.rtol:g}) against transformers' generate",
                         output="logits", data={"generate_step": index, "past_length": step.past_length,
-                                               "cause": VALUES, **sample})
+                                               "cause": VALUES, **sample, **ran})
         for row in np.flatnonzero(tokens != expected):
             best = np.sort(reference[row])[-2:]
             name = generation.row_name(row)
             if best[1] - best[0] <= worst:
                 entry["tied_rows"].append(int(row))
-                report.notes.append(f"generate: {where}: {name} picks token {tokens[row]}, transformers "
+                report.notes.append(f"{label}generate: {where}: {name} picks token {tokens[row]}, transformers "
                                     f"{expected[row]}: their logits tie within the artifact's error ({worst:.3g})")
             else:
-                report.fail("numeric", f"generate: {where}: output logits: {name} picks token {tokens[row]}, "
+                report.fail("numeric", f"{label}generate: {where}: output logits: {name} picks token {tokens[row]}, "
                                        f"transformers' generate {expected[row]}",
                             output="logits", data={"generate_step": index, "past_length": step.past_length,
-                                                   "cause": VALUES,
+                                                   "cause": VALUES, **ran,
                                                    **({} if generation.numbers is None
                                                       else {"sample": generation.numbers[row]})})
     return steps
@@ -287,6 +298,11 @@ def _on_artifact(run: Verification, generation: Generation) -> tuple[list[dict],
     return check_generation(run.report, run.runner, generation, run.tolerances)
 
 
+def _generated_by(run: Verification) -> list[str]:
+    """The ways of running the artifact that generated (an LLM of signatures: its first)."""
+    return list(run.runner.variants[:1] if run.by_signatures else run.runner.variants)
+
+
 def _generate(run: Verification) -> None:
     if run.of(OnData).prompts:
         _generate_on_data(run)
@@ -295,6 +311,7 @@ def _generate(run: Verification) -> None:
     judged = _on_artifact(run, generation)
     if judged is not None:
         run.report.generation = {"prompt_length": PROMPT_LENGTH, "decode_steps": len(judged[0]) - 1,
+                                 "variants": _generated_by(run),
                                  "tokens": generation.tokens.tolist(), "steps": judged[0]}
 
 
@@ -323,7 +340,8 @@ def _generate_on_data(run: Verification) -> None:
     count(run.progress, "batches", done, data.batches)
     run.report.data["outputs"] = [statistics.record()]
     run.report.failures.extend(statistics.below_floors(run.options["data"], floors(run)))
-    run.report.generation = {"prompts": data.samples, "decode_steps": len(steps) - 1, "steps": steps}
+    run.report.generation = {"prompts": data.samples, "decode_steps": len(steps) - 1, "variants": _generated_by(run),
+                             "steps": steps}
 
 
 def _merge_step(steps: list[dict], entry: dict, generation: Generation) -> None:

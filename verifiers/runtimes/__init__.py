@@ -92,6 +92,11 @@ class Runner:
         """Outputs of every variant, by variant name."""
         return {self.variants[0]: self.run(feed)}
 
+    def run_each(self, feeds: dict[str, dict[str, np.ndarray]]) -> dict[str, list[np.ndarray]]:
+        """Each variant named in `feeds` on its own feed (a generation's steps: each variant carries
+        its own cache)."""
+        return {variant: self.run_all(feed)[variant] for variant, feed in feeds.items()}
+
     def infer(self, feed: dict[str, np.ndarray]) -> dict[str, list[np.ndarray]]:
         """`run_all` on a feed checked against the inputs (names, dtypes, shapes), timed in
         `run_seconds`."""

@@ -244,6 +244,8 @@ def serve(fd: int, memory: int, threads: int = 0) -> None:
                     raise InvalidArtifact(f"{_model_name(model)}: {runner_class.runtime} cannot load it: "
                                           f"{one_line(exc)}") from exc
                 value = (runner.inputs, runner.outputs, runner.variants, dict(runner.arithmetic), list(runner.notes))
+            elif op == "run_each":
+                value = runner.run_each(message[1])
             else:  # "run_all"
                 value = runner.run_all(message[1])
             reply = ("ok", value)
@@ -477,6 +479,10 @@ class IsolatedRunner(Runner):
     def run_all(self, feed: dict[str, np.ndarray]) -> dict[str, list[np.ndarray]]:
         self.wait_loaded()
         return self._worker.request("running the artifact", "run_all", feed)
+
+    def run_each(self, feeds: dict[str, dict[str, np.ndarray]]) -> dict[str, list[np.ndarray]]:
+        self.wait_loaded()
+        return self._worker.request("running the artifact", "run_each", feeds)
 
     def close(self) -> None:
         self._worker.close()

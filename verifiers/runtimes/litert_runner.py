@@ -114,8 +114,11 @@ class LiteRtRunner(Runner):
 
     def run_all(self, feed: dict[str, np.ndarray]) -> dict[str, list[np.ndarray]]:
         """Outputs of both interpreters: {"xnnpack": [...], "builtin": [...]}."""
+        return self.run_each({key: feed for key in self.variants})
+
+    def run_each(self, feeds: dict[str, dict[str, np.ndarray]]) -> dict[str, list[np.ndarray]]:
         with native_output_captured():
-            return {key: self._run_one(key, feed) for key in self.variants}
+            return {key: self._run_one(key, feed) for key, feed in feeds.items()}
 
     def _run_one(self, key: str, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
         values = [np.ascontiguousarray(feed[info.name]) for info in self.inputs]

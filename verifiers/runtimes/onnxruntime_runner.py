@@ -178,8 +178,11 @@ class OnnxRuntimeRunner(Runner):
         return self.session.run(None, feed)
 
     def run_all(self, feed: dict[str, np.ndarray]) -> dict[str, list[np.ndarray]]:
-        return {"default": self.run(feed),
-                **{variant: session.run(None, feed) for variant, session in self.sessions.items() if variant != "default"}}
+        return self.run_each({variant: feed for variant in self.sessions})
+
+    def run_each(self, feeds: dict[str, dict[str, np.ndarray]]) -> dict[str, list[np.ndarray]]:
+        return {variant: self.run(feed) if variant == "default" else self.sessions[variant].run(None, feed)
+                for variant, feed in feeds.items()}
 
 
 def _info(arg) -> TensorInfo:
