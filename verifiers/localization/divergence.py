@@ -158,9 +158,15 @@ def localize(fmt, path: Path, trace: SourceTrace, feed: dict[str, np.ndarray], r
     in the artifact's runtime worker."""
     if variant is not None:
         with tempfile.TemporaryDirectory(prefix="exportgate-variant-") as folder:
-            found = localize(fmt, fmt.variant_model(path, variant, Path(folder)), trace, feed, runner_class, epsilon,
-                             output_keys)
-            return replace(found, precision=variant)
+            return _localize(fmt, fmt.variant_model(path, variant, Path(folder)), trace, feed, runner_class, epsilon,
+                             output_keys, variant)
+    return _localize(fmt, path, trace, feed, runner_class, epsilon, output_keys)
+
+
+def _localize(fmt, path: Path, trace: SourceTrace, feed: dict[str, np.ndarray], runner_class, epsilon: float,
+              output_keys: dict[str, str] | None, narrow: str | None = None) -> Divergence:
+    """localize on the model at `path`; `narrow`: the narrow float it computes in (float16), whose
+    first overflow is looked for."""
     graph = fmt.localization_graph(path)
     plain = graph.run(feed, graph.computed_floats(), {}, runner_class)
     floats = graph.learn(plain)
@@ -173,7 +179,20 @@ def localize(fmt, path: Path, trace: SourceTrace, feed: dict[str, np.ndarray], r
         judge = _Judge(graph, trace, refolded, plain,
                        _forced(graph, trace, refolded, plain, feed, floats, runner_class), epsilon)
     found = judge.divergence(len(floats))
-    return replace(found, overflow=first_overflow(graph, plain, trace, feed), clamped=clamped_constants(graph, found))
+    found = replace(found, clamped=clamped_constants(graph, found))
+    if narrow is None:
+        return found
+    return replace(found, precision=narrow, overflow=first_overflow(graph, plain, trace, feed, narrow))
+
+
+def _nonfinite_constant(graph: ArtifactGraph, op) -> bool:
+    """Whether a constant the op reads holds Inf or NaN (a mask's -inf, chosen on purpose)."""
+    for tensor in op.inputs:
+        if tensor and graph.tensors[tensor].constant:
+            value = graph.constant(tensor)
+            if value is not None and value.dtype.kind == "f" and not np.isfinite(value).all():
+                return True
+    return False
 
 
 def clamped_constants(graph: ArtifactGraph, divergence: Divergence) -> tuple[str, ...]:
@@ -197,22 +216,24 @@ FINITE_LIMITS = {"float16": float(np.finfo(np.float16).max)}
 
 
 def first_overflow(graph: ArtifactGraph, plain: dict[str, np.ndarray], trace: SourceTrace,
-                   feed: dict[str, np.ndarray]) -> Overflow | None:
+                   feed: dict[str, np.ndarray], narrow: str) -> Overflow | None:
     """The first op, in the order the artifact runs them, that makes Inf or NaN from finite inputs
-    (`plain`: its float tensors, by id), on a batch whose inputs are finite; a Cast that makes
-    them stands for the op before it, whose value it narrows. The source op named beside it is the
-    first whose values reach beyond the narrow float's range (None where none does)."""
+    and finite constants (`plain`: its float tensors, by id; a mask's -inf is no overflow), on a
+    batch whose inputs are finite; a Cast that makes them stands for the op before it, whose value
+    it narrows. The source op named beside it is the first whose values reach beyond the `narrow`
+    float's range (None where none does)."""
     if not all(np.isfinite(value).all() for value in feed.values() if np.asarray(value).dtype.kind == "f"):
         return None
     for op in graph.ops:
         made = [plain[t] for t in op.outputs if t in plain]
         count = sum(int(np.size(v) - np.count_nonzero(np.isfinite(v))) for v in made)
-        if not count or any(not np.isfinite(plain[t]).all() for t in op.inputs if t in plain):
+        if not count or any(not np.isfinite(plain[t]).all() for t in op.inputs if t in plain) or _nonfinite_constant(
+                graph, op):
             continue
         named = op
         if op.op_type == "Cast" and op.inputs and graph.tensors[op.inputs[0]].producer is not None:
             named = graph.ops[graph.tensors[op.inputs[0]].producer]
-        limit = FINITE_LIMITS["float16"]
+        limit = FINITE_LIMITS[narrow]
         beyond = next((t for t in trace.coarse() if t.is_float and t.value.size
                        and float(np.nanmax(np.abs(t.value))) > limit), None)
         return Overflow(named.name, named.index, named.op_type, count, limit,
