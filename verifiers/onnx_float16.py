@@ -41,10 +41,28 @@ class NotEmulated(Exception):
 
 def computes_in_float16(model: onnx.ModelProto) -> bool:
     """Whether any op of the graph writes a float16 tensor (a float16-weight model that casts its
-    weights to float32 at their first use computes in float32)."""
+    weights to float32 at their first use computes in float32). A graph where nothing holds or
+    names float16 (inputs, weights, attributes) cannot: it is answered without shape inference."""
+    if not _names_float16(model.graph):
+        return False
     types = _value_types(model)
     return any(types.get(output) == FLOAT16 for node in model.graph.node for output in node.output
                if node.op_type != "Constant")
+
+
+def _names_float16(graph: onnx.GraphProto) -> bool:
+    """Whether a graph input, a weight or an attribute (a Cast's `to`, a constant's value, a
+    `dtype`) is float16: where every float16 value of a graph comes from."""
+    if any(v.type.tensor_type.elem_type == FLOAT16 for v in graph.input) or any(
+            t.data_type == FLOAT16 for t in graph.initializer):
+        return True
+    for node in graph.node:
+        for attribute in node.attribute:
+            if (attribute.type == onnx.AttributeProto.INT and attribute.name in ("to", "dtype") and attribute.i == FLOAT16
+                    or attribute.type == onnx.AttributeProto.TENSOR and attribute.t.data_type == FLOAT16
+                    or attribute.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)):
+                return True
+    return False
 
 
 def emulated(model: onnx.ModelProto) -> onnx.ModelProto:
