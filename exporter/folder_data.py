@@ -44,11 +44,7 @@ def text_stacks(path: Path, folder: Path, specs: list[InputSpec], batch: int, dy
     """`batch` lines at a time through the folder's tokenizer, as the model's inputs, padded on
     `padding_side` (None: the tokenizer's own); the numbers of the lines cut to the export's length
     are appended to `truncated`."""
-    tokenizer = _processor("AutoTokenizer", folder, path, "tokenizer")
-    if padding_side is not None:
-        tokenizer.padding_side = padding_side
-    if tokenizer.pad_token is None and tokenizer.eos_token is not None:
-        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer, _ = _padding_tokenizer(folder, path, padding_side)
     names = [spec.name for spec in specs]
     ids = next((spec for spec in specs if spec.name == "input_ids"), specs[0])
     length = None if (ids.name, 1) in dynamic or len(ids.shape) < 2 else ids.shape[1]
@@ -74,13 +70,22 @@ def text_stacks(path: Path, folder: Path, specs: list[InputSpec], batch: int, dy
 
 def text_padding(folder: Path, path: Path, padding_side: str | None = None) -> dict[str, str]:
     """How text_stacks pads: the side and the pad token."""
+    return _padding_tokenizer(folder, path, padding_side)[1]
+
+
+def _padding_tokenizer(folder: Path, path: Path, padding_side: str | None):
+    """The folder's tokenizer set to pad on `padding_side` (None: its own), with its end-of-sequence
+    token as the pad token where it has none; and how it pads: {"side", "pad_token"}."""
     tokenizer = _processor("AutoTokenizer", folder, path, "tokenizer")
-    padding = {"side": padding_side or tokenizer.padding_side}
+    if padding_side is not None:
+        tokenizer.padding_side = padding_side
+    padding = {"side": tokenizer.padding_side}
     if tokenizer.pad_token is None and tokenizer.eos_token is not None:
+        tokenizer.pad_token = tokenizer.eos_token
         padding["pad_token"] = f"{tokenizer.eos_token} (the end-of-sequence token: the tokenizer has no pad token)"
     elif tokenizer.pad_token is not None:
         padding["pad_token"] = tokenizer.pad_token
-    return padding
+    return tokenizer, padding
 
 
 def _lines(path: Path) -> Iterator[tuple[int, str]]:

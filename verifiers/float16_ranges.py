@@ -31,6 +31,11 @@ class OpRange:
     nonzero: int = 0  # nonzero activation values it reads
 
     @property
+    def reach(self) -> float:
+        """The largest |value| it reads or writes."""
+        return max(self.reads_max, self.writes_max)
+
+    @property
     def tiny_fraction(self) -> float:
         return self.tiny / self.nonzero if self.nonzero else 0.0
 
@@ -43,19 +48,23 @@ def measure(fmt, path, feeds: list[dict[str, np.ndarray]], runner_class) -> list
     for feed in counted(feeds):
         values = {**{graph.inputs[name]: value for name, value in feed.items() if name in graph.inputs},
                   **graph.run(feed, graph.computed_floats(), {}, runner_class)}
+        figures = {tensor: _figures(value) for tensor, value in values.items()
+                   if np.asarray(value).dtype.kind == "f" and np.size(value)}  # once a tensor, however many read it
         for op, found in zip(graph.ops, ranges):
             for tensor in op.inputs:
-                value = values.get(tensor)
-                if value is None or graph.tensors[tensor].constant or np.asarray(value).dtype.kind != "f":
-                    continue
-                magnitude = np.abs(np.asarray(value, np.float64))
-                if magnitude.size:
-                    found.reads_max = max(found.reads_max, float(magnitude.max()))
-                    nonzero = magnitude[magnitude > 0]
-                    found.nonzero += int(nonzero.size)
-                    found.tiny += int(np.count_nonzero(nonzero < FLOAT16_SMALLEST_NORMAL))
+                if tensor in figures and not graph.tensors[tensor].constant:
+                    largest, nonzero, tiny = figures[tensor]
+                    found.reads_max = max(found.reads_max, largest)
+                    found.nonzero += nonzero
+                    found.tiny += tiny
             for tensor in op.outputs:
-                value = values.get(tensor)
-                if value is not None and np.asarray(value).dtype.kind == "f" and np.size(value):
-                    found.writes_max = max(found.writes_max, float(np.abs(value).max()))
+                if tensor in figures:
+                    found.writes_max = max(found.writes_max, figures[tensor][0])
     return ranges
+
+
+def _figures(value: np.ndarray) -> tuple[float, int, int]:
+    """A float tensor's largest |value|, its nonzero values, and those below float16's smallest normal."""
+    magnitude = np.abs(np.asarray(value, np.float64))
+    nonzero = magnitude[magnitude > 0]
+    return float(magnitude.max()), int(nonzero.size), int(np.count_nonzero(nonzero < FLOAT16_SMALLEST_NORMAL))

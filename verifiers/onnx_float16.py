@@ -31,6 +31,7 @@ FLOAT16, FLOAT = TensorProto.FLOAT16, TensorProto.FLOAT
 ROUNDED = "::float16"  # the float16 value of a tensor, between its two casts
 COMPUTED = "::float32"  # an op's float32 result before rounding
 HELD = "::as_float32"  # a float16 graph input or output, held in float32 inside the graph
+STORED = "::stored_float16"  # a float16 weight as the file holds it, cast to float32 as the graph runs
 # Ops whose outputs are int64 whatever they read (where onnx's shape inference says nothing).
 _INTEGER_OUTPUTS = {"Shape", "Size", "ArgMax", "ArgMin", "NonZero"}
 
@@ -56,13 +57,14 @@ def _names_float16(graph: onnx.GraphProto) -> bool:
     if any(v.type.tensor_type.elem_type == FLOAT16 for v in graph.input) or any(
             t.data_type == FLOAT16 for t in graph.initializer):
         return True
-    for node in graph.node:
-        for attribute in node.attribute:
-            if (attribute.type == onnx.AttributeProto.INT and attribute.name in ("to", "dtype") and attribute.i == FLOAT16
-                    or attribute.type == onnx.AttributeProto.TENSOR and attribute.t.data_type == FLOAT16
-                    or attribute.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)):
-                return True
-    return False
+    return any(_states_float16(attribute) or attribute.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+               for node in graph.node for attribute in node.attribute)
+
+
+def _states_float16(attribute: onnx.AttributeProto) -> bool:
+    """Whether an attribute makes a value float16: a type (`to`, `dtype`) or a tensor it holds."""
+    return (attribute.type == onnx.AttributeProto.INT and attribute.name in ("to", "dtype") and attribute.i == FLOAT16
+            or attribute.type == onnx.AttributeProto.TENSOR and attribute.t.data_type == FLOAT16)
 
 
 def emulated(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -86,7 +88,7 @@ def emulated(model: onnx.ModelProto) -> onnx.ModelProto:
         if tensor.name in held:  # a float16 weight, read as it lies (in the file, or its data) and cast at run time
             stored = onnx.TensorProto()
             stored.CopyFrom(tensor)
-            stored.name = tensor.name + ROUNDED
+            stored.name = tensor.name + STORED
             initializers[-1] = stored
             nodes.append(helper.make_node("Cast", [stored.name], [tensor.name], to=FLOAT,
                                           name=f"{tensor.name}::weight_to_float32"))
@@ -137,9 +139,11 @@ def sorted_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
 def _float_attributes(node: onnx.NodeProto) -> None:
     """A float16 type or value an attribute states, made float32."""
     for attribute in node.attribute:
-        if attribute.name in ("to", "dtype") and attribute.type == onnx.AttributeProto.INT and attribute.i == FLOAT16:
+        if not _states_float16(attribute):
+            continue
+        if attribute.type == onnx.AttributeProto.INT:
             attribute.i = FLOAT
-        elif attribute.type == onnx.AttributeProto.TENSOR and attribute.t.data_type == FLOAT16:
+        else:
             attribute.t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(attribute.t).astype(np.float32),
                                                          attribute.t.name))
 

@@ -186,10 +186,18 @@ class OutputStatistics:
                 "max_abs_by_sample": self.by_sample.record(),
                 **{key: stat.record() for key, stat in stats.items() if stat.worst is not None}}
 
+    @property
+    def top1_mean(self) -> float | None:
+        """The top-1 agreement over the samples (None: the output is not over classes)."""
+        return self.top1.record()["mean"] if self.top1.worst is not None else None
+
+    def _head(self, where: str) -> str:
+        return f"output {self.name}{'' if self.variant is None else f' ({self.variant})'} on {where}"
+
     def findings(self, where: str, integer: IntegerThresholds | None, floors: Floors = Floors()) -> list[Finding]:
         """Why this output fails on the data (none: it passes): its tolerances or thresholds, then
         each floor it falls below."""
-        head = f"output {self.name}{'' if self.variant is None else f' ({self.variant})'} on {where}"
+        head = self._head(where)
         data = {"cause": VALUES, "variant": self.variant, "data": True}
         if self.shape_differs:
             ref, art = self.shape_differs
@@ -201,7 +209,7 @@ class OutputStatistics:
 
     def below_floors(self, where: str, floors: Floors) -> list[Finding]:
         """A finding for each floor a statistic falls below."""
-        head = f"output {self.name}{'' if self.variant is None else f' ({self.variant})'} on {where}"
+        head = self._head(where)
         data = {"cause": VALUES, "variant": self.variant, "data": True, "max_abs_err": self.max_abs.worst}
         found = []
         for statistic, floor, name in ((self.sqnr_db, floors.min_sqnr_db, "sqnr_db"),
@@ -215,7 +223,7 @@ class OutputStatistics:
                                  output=self.name,
                                  data={**data, "statistic": name, "sample": statistic.worst_sample,
                                        name: statistic.worst if math.isfinite(statistic.worst) else None}))
-        top1 = self.top1.record()["mean"] if self.top1.worst is not None else None
+        top1 = self.top1_mean
         if floors.min_top1 is not None and top1 is not None and top1 < floors.min_top1:
             found.append(Finding("numeric", f"{head}: top-1 agreement {top1:.3f} over {self.samples} sample(s) (min "
                                             f"{floors.min_top1:g}, --min-top1), worst sample {self.top1.worst_sample}: "
@@ -227,7 +235,7 @@ class OutputStatistics:
         """The tolerances' verdict (a float artifact) or the integer thresholds' (an int8 one)."""
         worst = self.max_abs
         if integer is not None:
-            overall, top1 = self.overall_sqnr_db, self.top1.record()["mean"] if self.top1.worst is not None else None
+            overall, top1 = self.overall_sqnr_db, self.top1_mean
             if overall >= integer.min_sqnr_db and (top1 is None or top1 >= integer.min_top1):
                 return None
             low = self.sqnr_db

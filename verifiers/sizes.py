@@ -239,7 +239,7 @@ def padding_mask(shape: tuple[int, ...], dtype, rng: np.random.Generator,
     right = positions < lengths[..., None]
     left = positions >= shape[-1] - lengths[..., None]
     row = np.arange(int(np.prod(shape[:-1], dtype=np.int64))).reshape(shape[:-1])
-    on_left = (np.asarray(sides)[row % len(sides)] == "left")[..., None] if sides else np.zeros_like(right)
+    on_left = (np.asarray(sides)[row % len(sides)] == "left")[..., None]
     return np.where(on_left, left, right).astype(dtype)
 
 

@@ -137,8 +137,8 @@ def _outside_message(entry: dict) -> str:
             f"{entry['reach'][1]:.4g})")
 
 
-# The floors of the statistics over samples, by option: where each applies.
-FLOOR_OPTIONS = {"min_sqnr": "--min-sqnr", "min_cosine": "--min-cosine", "min_top1": "--min-top1"}
+# The floors of the statistics over samples: each Floors field's flag.
+FLOOR_FLAGS = {"min_sqnr_db": "--min-sqnr", "min_cosine": "--min-cosine", "min_top1": "--min-top1"}
 
 
 def floors(run: Verification) -> Floors:
@@ -152,8 +152,8 @@ def floors(run: Verification) -> Floors:
 
 def _note_unused_floors(run: Verification) -> None:
     """A floor given where nothing it gates is measured: said, not silently dropped."""
-    unused = [flag for name, flag in FLOOR_OPTIONS.items() if run.options[name] is not None
-              and (name == "min_cosine" or run.tolerances.integer is None)]
+    given = floors(run)
+    unused = [flag for field, flag in FLOOR_FLAGS.items() if getattr(given, field) is not None]
     if unused:
         run.report.notes.append(f"{', '.join(unused)}: not applied: {'they gate' if len(unused) > 1 else 'it gates'} "
                                 "the statistics over --data's samples (and an int8 artifact's SQNR and top-1); give "

@@ -35,7 +35,7 @@ from verifiers.errors import Incompatible, one_line
 from exporter.frameworks import FRAMEWORKS
 from exporter.frameworks.keras_framework import prepare_keras_environment
 from exporter.routes import ExportRequest, ExportResult, Route, check_int8_request
-from exporter.routes.onnx_float16 import export_fp16, measure_in_worker
+from exporter.routes.onnx_float16 import export_fp16
 from exporter.routes.onnx_quantize import export_int8
 from verifiers.quiet import quiet_exporter
 from exporter.sources import Source
@@ -202,7 +202,7 @@ class KerasToOnnx(Route):
             return export_int8(lambda path: self._export_float(source, request, path, progress), request, dest, progress)
         if request.quantize == "fp16":
             return export_fp16(lambda path: self._export_float(source, request, path, progress), request, dest,
-                               progress, measure_in_worker)
+                               progress)
         return self._export_float(source, request, dest, progress)
 
     def _export_float(self, source: Source, request: ExportRequest, dest: Path, progress) -> ExportResult:

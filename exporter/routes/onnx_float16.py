@@ -54,16 +54,14 @@ def kept_float32(ranges: list[OpRange], keep: list[str]) -> list[dict]:
             why = f"--keep-fp32 {named}"
         elif op.op_type in KEPT_OP_TYPES:
             why = "kept float32 by onnxruntime's float16 tools"
-        elif max(op.reads_max, op.writes_max) >= limit:
-            reach = max(op.reads_max, op.writes_max)
-            why = (f"measured max |value| {reach:.3g}, within {RANGE_MARGIN:g}x of float16's largest "
+        elif op.reach >= limit:
+            why = (f"measured max |value| {op.reach:.3g}, within {RANGE_MARGIN:g}x of float16's largest "
                    f"{FLOAT16_MAX:g}")
         elif op.tiny_fraction > TINY_FRACTION:
             why = (f"measured {op.tiny_fraction:.0%} of its nonzero inputs below float16's smallest normal "
                    f"{FLOAT16_SMALLEST_NORMAL:.2g}")
         if why is not None:
-            kept.append({"node": op.node, "op_type": op.op_type, "why": why,
-                         "max_abs": max(op.reads_max, op.writes_max)})
+            kept.append({"node": op.node, "op_type": op.op_type, "why": why, "max_abs": op.reach})
     return kept
 
 
@@ -109,16 +107,16 @@ def _in_module(scope: str, module: str) -> bool:
     return bool(scope) and any(parts[k:k + len(wanted)] == wanted for k in range(len(parts) - len(wanted) + 1))
 
 
-def export_fp16(export_float: Callable[[Path], ExportResult], request: ExportRequest, dest: Path, progress,
-                measure: Callable[[Path, list[dict]], list[OpRange]]) -> ExportResult:
-    """`export_float(path)` writes the float32 model at `path`; `measure(path, feeds)` runs it op by
-    op; the float16 model is written at `dest` (see the module's docstring)."""
+def export_fp16(export_float: Callable[[Path], ExportResult], request: ExportRequest, dest: Path, progress
+                ) -> ExportResult:
+    """`export_float(path)` writes the float32 model at `path`; it runs op by op in onnxruntime's
+    worker, and the float16 model is written at `dest` (see the module's docstring)."""
     dest = Path(dest)
     with tempfile.TemporaryDirectory(prefix=f".{dest.name}.float-", dir=dest.parent) as folder:
         float_path = Path(folder).resolve() / dest.name
         result = export_float(float_path)
         progress(f"measuring the float32 model's values op by op on {len(request.calibration)} batch(es)")
-        ranges = measure(float_path, request.calibration)
+        ranges = _measured(float_path, request.calibration)
         try:
             kept = _convert(float_path, dest, request, ranges, progress)
         except BaseException:
@@ -161,7 +159,7 @@ def _convert(float_path: Path, dest: Path, request: ExportRequest, ranges: list[
     return kept
 
 
-def measure_in_worker(path: Path, feeds: list[dict]) -> list[OpRange]:
+def _measured(path: Path, feeds: list[dict]) -> list[OpRange]:
     """verifiers.float16_ranges.measure of the ONNX model at `path`, in onnxruntime's worker; the
     feeds (by the source's input names) go to the model's inputs in order."""
     import onnx
