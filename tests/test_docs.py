@@ -1,5 +1,6 @@
-"""The documentation stays true to the CLI: every `exportgate` command it shows parses with the real
-parser (nothing is run), and every relative link leads to a file of the repository."""
+"""The documentation stays true to the CLI: every `exportgate` command it shows, and every one the
+CI examples run (examples/ci: their steps' shell lines), parses with the real parser (nothing is
+run), and every relative link leads to a file of the repository."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+PIPELINES = sorted((REPO / "examples" / "ci").glob("*.yml"))
+SHELL_KEYS = {"run", "script", "before_script", "after_script"}  # GitHub steps' and GitLab jobs' shell lines
 
 FENCE = re.compile(r"^\s*(```|~~~)")
 SEPARATORS = {"&&", "||", ";"}  # a chain: each part is a command of its own
@@ -88,9 +91,32 @@ def _is_exportgate(word: str) -> bool:
     return word == "exportgate" or word.endswith("/exportgate")
 
 
+def _shell_lines(path: Path):
+    """(line number, shell line) of every step a CI example runs: the strings under its run and
+    script keys, each numbered where it stands in the file."""
+    import yaml
+
+    text = path.read_text(encoding="utf-8")
+
+    def walk(node, shell=False):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                yield from walk(value, shell or key in SHELL_KEYS)
+        elif isinstance(node, list):
+            for item in node:
+                yield from walk(item, shell)
+        elif shell and isinstance(node, str):
+            yield from node.splitlines()
+
+    for line in walk(yaml.safe_load(text)):
+        number = next((n for n, written in enumerate(text.splitlines(), 1) if line.strip() in written), 0)
+        yield number, line
+
+
 def _commands_in(path: Path):
     rel = path.relative_to(REPO).as_posix()
-    for number, line in _logical_lines(path.read_text(encoding="utf-8")):
+    lines = _shell_lines(path) if path.suffix == ".yml" else _logical_lines(path.read_text(encoding="utf-8"))
+    for number, line in lines:
         line = line.removeprefix("$ ").strip()
         if "exportgate" not in line:
             continue
@@ -117,7 +143,7 @@ def _commands_in(path: Path):
 
 def _all_commands() -> list[Command]:
     commands = []
-    for path in PAGES:
+    for path in [*PAGES, *PIPELINES]:
         commands += list(_commands_in(path))
     return commands
 
@@ -135,6 +161,7 @@ def _group():
 
 def test_the_docs_show_commands_to_check():
     assert len(COMMANDS) >= 10, [c.where for c in COMMANDS]
+    assert {c.where.split(":")[0] for c in COMMANDS} >= {p.relative_to(REPO).as_posix() for p in PIPELINES}
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=[c.where for c in COMMANDS])

@@ -2,7 +2,9 @@
 examples/ci/github-actions.yml (plan, one export job per matrix entry on a fresh copy, merge of
 the uploaded folders) give the verdicts the example pipeline has (every job of the bundled MLP
 passes with its GELUs kept), and those of examples/ci/gitlab-ci.yml (parallel shards, merge) the
-same merged report as one local `exportgate run` (the slow suite)."""
+same merged report as one local `exportgate run`. The slow suite's: each runs every job of the
+example in CLI processes; by default tests/test_docs.py parses every command the examples run,
+and tests/exporter/test_runs.py runs, reuses and merges jobs."""
 
 import json
 import os
@@ -74,6 +76,7 @@ def github_run(tmp_path_factory) -> Path:
     return downloads.parent
 
 
+@pytest.mark.slow
 def test_the_github_workflow_plans_exports_each_job_apart_and_merges(github_run):
     assert merged_jobs(github_run / "exportgate.json") == EXAMPLE_JOBS
     suites = [suite.name for suite in JUnitXml.fromfile(str(github_run / "exportgate.xml"))]
@@ -81,7 +84,7 @@ def test_the_github_workflow_plans_exports_each_job_apart_and_merges(github_run)
     assert (github_run / "exportgate.html").read_text().count("<svg") >= 3
 
 
-@pytest.mark.slow  # the GitHub workflow runs the same jobs, one per matrix entry, in the default suite
+@pytest.mark.slow
 def test_the_gitlab_pipeline_runs_its_shards_and_merges_as_one_local_run(tmp_path):
     pipeline = yaml.safe_load((EXAMPLES / "ci/gitlab-ci.yml").read_text())
 
@@ -109,6 +112,7 @@ def test_the_gitlab_pipeline_runs_its_shards_and_merges_as_one_local_run(tmp_pat
 NO_FRAMEWORK = "import sys; sys.modules.update(dict.fromkeys(('torch', 'tensorflow', 'keras', 'tf2onnx', 'ai_edge_litert'), None))"
 
 
+@pytest.mark.slow
 def test_plan_and_merge_jobs_install_no_framework_and_need_none(tmp_path, github_run):
     """The workflows install exportgate without extras where they only plan or merge: those
     commands run with every framework import refused."""

@@ -252,6 +252,28 @@ def test_a_job_whose_options_changed_runs_again_beside_one_reused(cold_cache, tm
     assert run_cached(folder / "exportgate.toml").reused == 2  # the unchanged config still reuses both
 
 
+NO_FRAMEWORK = ("import sys; sys.modules.update(dict.fromkeys(('torch', 'tensorflow', 'keras', 'tf2onnx', "
+                "'ai_edge_litert', 'onnxruntime'), None))")
+
+
+def test_plan_and_merge_run_with_every_framework_and_runtime_refused(cold_cache, tmp_path):
+    """A CI job that plans or merges installs exportgate without extras: both commands read the
+    config or the job reports alone (child processes in which importing a framework fails)."""
+    from fixtures.children import run_cli
+
+    folder, reports = cold_cache
+    plan = run_cli("plan", "--format", "github", cwd=folder, prelude=NO_FRAMEWORK)
+    assert plan.returncode == 0, plan.stderr
+    assert [entry["job"] for entry in json.loads(plan.stdout)["include"]] == sorted(reports)
+    merge = run_cli("merge", folder / "out", "--report", tmp_path / "merged.json", "--junit", tmp_path / "merged.xml",
+                    "--html", tmp_path / "merged.html", cwd=tmp_path, prelude=NO_FRAMEWORK)
+    assert merge.returncode == 0, merge.stderr
+    merged = json.loads((tmp_path / "merged.json").read_text())
+    assert {job["job"]: job["exit_code"] for job in merged["jobs"]} == {job: 0 for job in reports}
+    assert [suite.name for suite in JUnitXml.fromfile(str(tmp_path / "merged.xml"))] == sorted(reports)
+    assert "<svg" in (tmp_path / "merged.html").read_text()
+
+
 def test_a_changed_matrix_file_runs_the_jobs_again(cold_cache, tmp_path):
     folder = cached_copy(cold_cache, tmp_path)
     write_matrix(folder, erf=False)  # npu-1 no longer runs Erf: its job must export the Erf-free form
