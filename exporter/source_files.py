@@ -78,25 +78,39 @@ def recording() -> Iterator[list[Path]]:
 
 
 def _user_files(names: set[str]) -> list[Path]:
-    installed = _installation_folders()
+    """The names outside the installation, resolved. A name under an installation folder as written
+    is not resolved (a load imports thousands of installed modules; a link from there to the user's
+    code would be read as installed)."""
+    skipped = _SYSTEM_FOLDERS + _installation_folders()
+    folders: dict[str, str] = {}  # a folder's real path, resolved once for all the files in it
     files = set()
     for name in names:
-        path = Path(os.path.realpath(name))
-        text = str(path)
-        if text.startswith(_SYSTEM_FOLDERS) or any(text.startswith(folder) for folder in installed):
+        if os.path.abspath(name).startswith(skipped):
             continue
-        if path.suffix == ".pyc":  # a module's cached bytecode: its source is recorded
+        text = _real_path(name, folders)
+        if text.startswith(skipped) or text.endswith(".pyc"):  # .pyc: a module's bytecode, its source is recorded
             continue
         with contextlib.suppress(OSError):
-            if path.is_file():
-                files.add(path)
+            if os.path.isfile(text):
+                files.add(Path(text))
     return sorted(files)
+
+
+def _real_path(name: str, folders: dict[str, str]) -> str:
+    """os.path.realpath(name), its folder's part looked up in `folders` (files share folders)."""
+    if ".." in Path(name).parts:  # resolved after the links before it, as realpath does
+        return os.path.realpath(name)
+    folder, base = os.path.split(os.path.abspath(name))
+    if folder not in folders:
+        folders[folder] = os.path.realpath(folder)
+    joined = os.path.join(folders[folder], base)
+    return os.path.realpath(joined) if os.path.islink(joined) else joined
 
 
 def _installation_folders() -> tuple[str, ...]:
     """Python's own folders and those of installed packages, exportgate's (its version is part of
     what a cached result depends on), and the caches tools keep for themselves (matplotlib's font
-    list, compiled kernels), which say nothing of the model."""
+    list, compiled kernels), which say nothing of the model: each as given and resolved."""
     home, temp = Path.home(), Path(tempfile.gettempdir())
     cache = Path(os.environ.get("XDG_CACHE_HOME") or home / ".cache")
     folders = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
@@ -104,4 +118,4 @@ def _installation_folders() -> tuple[str, ...]:
                str(Path(__file__).parent), str(Path(__file__).parent.parent / "verifiers"),
                os.environ.get("MPLCONFIGDIR") or str(cache / "matplotlib"), str(home / ".config/matplotlib"),
                str(home / ".triton"), *map(str, temp.glob("torchinductor_*"))}
-    return tuple(os.path.join(os.path.realpath(f), "") for f in folders if f)
+    return tuple({os.path.join(form, "") for f in folders if f for form in (os.path.abspath(f), os.path.realpath(f))})
