@@ -389,7 +389,8 @@ def targets(values: dict[str, Any]) -> None:
         gelu = ", ".join(f"{flag} {'yes' if value else 'no'}" for flag, value in entry["gelu"].items()
                          if value is not None)
         confirmed = f"; tested here: {', '.join(entry['confirmed_by_test'])}" if entry["confirmed_by_test"] else ""
-        typer.echo(f"{entry['name']}: {entry['format']}, {limit}; GELU: {gelu or 'no claim'}{confirmed}")
+        float16 = f"; float16 computes in {entry['float16']}" if entry["float16"] else ""
+        typer.echo(f"{entry['name']}: {entry['format']}, {limit}; GELU: {gelu or 'no claim'}{float16}{confirmed}")
 
 
 @_command

@@ -15,11 +15,11 @@ import yaml
 
 from verifiers.errors import BadInput, one_line
 from verifiers.formats import FORMATS
-from verifiers.targets import INTEGER_DTYPES, LIMIT_FIELDS, RANK_FIELDS, OpGap, Source, Target
+from verifiers.targets import FLOAT16_ARITHMETIC, INTEGER_DTYPES, LIMIT_FIELDS, RANK_FIELDS, OpGap, Source, Target
 
 SCHEMA = 1
 COMMON_FIELDS = {"format", "runtime", "version", "gelu", "dtypes", "op_gaps", "sources", "confirmed_by_test",
-                 "integer_only", "integer_dtypes", "static_shapes", "ops"}
+                 "integer_only", "integer_dtypes", "static_shapes", "ops", "float16"}
 
 
 def packaged_matrix_path() -> Path:
@@ -163,6 +163,10 @@ def _build(name: str, raw: object, label: str) -> Target:
         if not ops:
             raise fail("ops", "must list at least one op (null when not sourced)")
 
+    float16 = raw.get("float16")
+    if float16 is not None and float16 not in FLOAT16_ARITHMETIC:
+        raise fail("float16", f"must be {' or '.join(FLOAT16_ARITHMETIC)} (what float16 ops compute in), or null")
+
     target = Target(
         name=name,
         format=fmt,
@@ -179,6 +183,7 @@ def _build(name: str, raw: object, label: str) -> Target:
         static_shapes=static_shapes,
         **ranks,
         ops=ops,
+        float16=float16,
     )
     facts = target.fact_keys()
     sourced = {s.fact for s in target.sources}

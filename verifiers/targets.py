@@ -11,6 +11,8 @@ LIMIT_FIELDS = ("max_opset", "max_ir_version", "max_runtime_version")
 RANK_FIELDS = ("max_rank", "max_inner_dims")
 # The integer activation dtypes an integer_only target may list.
 INTEGER_DTYPES = ("int8", "uint8", "int16", "uint16")
+# What a target computes an artifact's float16 ops in: float16 itself, or float32 (cast up).
+FLOAT16_ARITHMETIC = ("float16", "float32")
 
 
 @dataclass(frozen=True)
@@ -52,11 +54,13 @@ class Target:
     max_rank: int | None = None
     max_inner_dims: int | None = None
     ops: tuple[str, ...] | None = None
+    # What float16 ops of an artifact compute in there (FLOAT16_ARITHMETIC); None: no claim.
+    float16: str | None = None
 
     def fact_keys(self) -> set[str]:
         """The facts this entry claims: each needs a source."""
         keys = {f"gelu.{flag}" for flag, value in self.gelu.items() if value is not None}
-        keys |= {field for field in (*LIMIT_FIELDS, *RANK_FIELDS, "integer_only", "static_shapes", "ops")
+        keys |= {field for field in (*LIMIT_FIELDS, *RANK_FIELDS, "integer_only", "static_shapes", "ops", "float16")
                  if getattr(self, field) is not None}
         if self.dtypes is not None:
             keys.add("dtypes")

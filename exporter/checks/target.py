@@ -31,3 +31,23 @@ def check_target(report: Report, artifact: Artifact, target: Target) -> None:
     findings = to_findings(found, target, report.command)
     report.target_checks = [{"kind": i.kind, "message": f.message} for i, f in zip(found, findings)]
     report.failures.extend(findings)
+    if target.float16 is not None and _holds_float16(artifact):
+        report.notes.append(float16_on_target(target))
+
+
+def _holds_float16(artifact: Artifact) -> bool:
+    """Whether the artifact has float16 weights or ops that compute on float16 tensors."""
+    precision = artifact.precision()
+    return precision.mode == "fp16" or any(op.dtype == "float16" for op in precision.float_ops)
+
+
+def float16_on_target(target: Target) -> str:
+    """What a float16 artifact's ops compute in on `target`, and which of verify's runs that is."""
+    from verifiers.target_facts import cite
+
+    if target.float16 == "float16":
+        says = ("compute in float16 there: verify's run in float16 arithmetic (its `float16` variant) is the one "
+                "that shows what it gives")
+    else:
+        says = "are cast up to float32 there, so values beyond float16's 65504 do not overflow on it"
+    return f"{target.name}: the artifact's float16 ops {says} ({cite(target, 'float16')})"

@@ -379,3 +379,23 @@ def test_no_tensorflow_or_torch_import(tflite_file, onnx_file):
     """)
     result = run_child([sys.executable, "-c", code], cwd=REPO, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_a_float16_artifact_is_told_what_its_float16_ops_compute_in_there(tmp_path):
+    """Not an incompatibility: a note with the matrix's fact and its source, where it makes one."""
+    from exporter import api
+
+    for elem_type, name in ((TensorProto.FLOAT16, "half.onnx"), (TensorProto.FLOAT, "single.onnx")):
+        onnx.save(_hand_model([helper.make_node("Mul", ["x", "x"], ["y"])], elem_type), str(tmp_path / name))
+    notes = {}
+    for name in ("half.onnx", "single.onnx"):
+        for target in ("tensorrt-10.15", "ort-1.32", "tensorrt-8.6"):
+            report = api.check(tmp_path / name, target=target)
+            assert report.exit_code == 0, report.summary_lines()
+            notes[name, target] = [note for note in report.notes if "float16 ops" in note]
+    [gpu] = notes["half.onnx", "tensorrt-10.15"]
+    assert gpu.startswith("tensorrt-10.15: the artifact's float16 ops compute in float16 there") and "NvInfer.h" in gpu
+    [cpu] = notes["half.onnx", "ort-1.32"]
+    assert cpu.startswith("ort-1.32: the artifact's float16 ops are cast up to float32 there") and "insert_cast" in cpu
+    assert notes["half.onnx", "tensorrt-8.6"] == []  # the matrix claims nothing there
+    assert all(notes["single.onnx", target] == [] for target in ("tensorrt-10.15", "ort-1.32", "tensorrt-8.6"))

@@ -18,7 +18,7 @@ from verifiers.target_matrix import get_target, load_targets
 from verifiers.targets import Target
 
 # The facts the runtime tests below check; the matching ORT entry records exactly these.
-CONFIRMED_BY_TESTS = {"max_opset", "gelu.gelu_op", "gelu.erf", "gelu.contrib_gelu", "op_gaps"}
+CONFIRMED_BY_TESTS = {"max_opset", "gelu.gelu_op", "gelu.erf", "gelu.contrib_gelu", "op_gaps", "float16"}
 INSTALLED = f"ort-{'.'.join(ort.__version__.split('.')[:2])}"
 
 VALID_ENTRY = {
@@ -110,6 +110,8 @@ def _broken(**changes):
         (_broken(max_runtime_version="2.9"), "max_runtime_version", "is not a field of onnx targets"),
         (_broken(confirmed_by_test=["gelu.contrib_gelu"]), "confirmed_by_test", "lists 'gelu.contrib_gelu'"),
         (_broken(sources=[{"fact": "max_opset", "source": "x"}]), "sources", "entries must be"),
+        (_broken(float16="bfloat16"), "float16", "must be float16 or float32"),
+        (_broken(float16="float16"), "float16", "has no entry in 'sources'"),
     ],
 )
 def test_malformed_user_entry_names_entry_and_field(tmp_path, entry, field, problem):
@@ -214,3 +216,21 @@ def test_ort_erf_has_no_float64_kernel(installed):
     assert [gap.op for gap in installed.op_gaps] == ["Erf"]
     with pytest.raises(Exception, match=r"NOT_IMPLEMENTED.*Erf"):
         run(one_node_model("Erf", 13, dtype=TensorProto.DOUBLE), x=X.astype(np.float64))
+
+
+def test_ort_computes_float16_ops_in_float32(installed):
+    """x*x then /4 on float16 x = 300: 90000 is past float16's 65504, so float16 arithmetic gives
+    Inf; the CPU provider casts both ops up to float32 and returns 22500 (rounded to float16 as
+    the output is written)."""
+    assert installed.float16 == "float32"
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT16, [1])
+    four = helper.make_tensor("four", TensorProto.FLOAT16, [1], np.array([4], np.float16))
+    graph = helper.make_graph([helper.make_node("Mul", ["x", "x"], ["square"]),
+                               helper.make_node("Div", ["square", "four"], ["y"])], "g", [x], [y], [four])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10
+    three_hundred = np.array([300], np.float16)
+    with np.errstate(over="ignore"):
+        assert np.isinf(three_hundred * three_hundred / np.float16(4))  # float16 arithmetic
+    assert run(model, x=three_hundred).tolist() == [np.float16(22500)]
