@@ -161,7 +161,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("matrix", "--matrix", Path, "A YAML file of targets that adds to or overrides opset_matrix.yaml.",
            ("export", "check", "targets"), metavar="FILE"),
     Option("runtime", "--runtime", str, "The runtime to run ARTIFACT in (default: the one its format names: "
-           "onnxruntime for ONNX, ai-edge-litert for TFLite).", ("verify",), metavar="NAME"),
+           "onnxruntime for ONNX, ai-edge-litert for TFLite; openvino also runs ONNX).", ("verify",), metavar="NAME"),
     Option("inputs", "--input", list, "NAME:SHAPE:DTYPE[:LOW..HIGH], e.g. input_ids:2x16:int64:0..1000 (HIGH "
            "exclusive). Repeatable.", _RUNNING, default=(), metavar="NAME:SHAPE:DTYPE[:LOW..HIGH]", job=True),
     Option("dynamic", "--dynamic", list, "NAME:AXIS[:MIN..MAX]: make an input axis dynamic (verified at several "
@@ -215,8 +215,11 @@ OPTIONS: tuple[Option, ...] = (
            "Default: the machine's RAM.", ("export", "verify", "run", "inspect"), metavar="GIB", minimum=0.01,
            to="worker"),
     Option("threads", "--threads", int, "Threads the runtime may use to run the artifact (onnxruntime's intra-op "
-           "threads, LiteRT's num_threads). Default: the runtime's own choice.", ("export", "verify", "run", "inspect"),
+           "threads, LiteRT's num_threads, OpenVINO's INFERENCE_NUM_THREADS). Default: the runtime's own choice.", ("export", "verify", "run", "inspect"),
            metavar="N", minimum=1, to="worker"),
+    Option("precision_hint", "--precision-hint", str, "The inference precision a runtime that picks its own "
+           "runs the artifact at (OpenVINO's INFERENCE_PRECISION_HINT: f32, bf16 or f16). Default: the runtime's "
+           "choice on this CPU, which the report states.", ("verify",), metavar="PRECISION", to="worker"),
     # ---- what is written and printed --------------------------------------------------------------
     *(_report_option(writer) for writer in WRITERS),
     Option("full_lists", "--full-lists", bool, "Keep every entry of the lists that grow with the model (ops computing "

@@ -174,11 +174,27 @@ def load_artifact(run: Verification) -> None:
     run.report.runtime = run.runner.runtime
     run.report.notes.extend(run.runner.notes)
     run.report.arithmetic = dict(run.runner.arithmetic)
+    _tolerate_runtime_precision(run)
     unexercised = {variant: what for variant, what in run.runner.arithmetic.items() if variant not in run.runner.variants}
     for variant, what in unexercised.items():  # never green on a run that computed float16 in float32 alone
         run.report.fail("runtime", f"the artifact computes in {variant}, and {variant} arithmetic was {what}; "
                                    f"{run.runner.runtime} computed it in float32 alone: verify it where {variant} runs",
                         data={"variant": variant})
+
+
+# A runtime's own inference precision below float32, as --quantize names the tolerances for it.
+_PRECISION_TOLERANCES = {"float16": "fp16", "bfloat16": "bf16"}
+
+
+def _tolerate_runtime_precision(run: Verification) -> None:
+    """A runtime that computed at bfloat16 or float16 by itself (OpenVINO's default on some CPUs)
+    is judged with that precision's tolerances, unless --atol or --rtol were given."""
+    scaled = _PRECISION_TOLERANCES.get(run.runner.precision)
+    if scaled is None or run.tolerances is None or run.tolerances.atol is not None or run.tolerances.rtol is not None:
+        return
+    run.tolerances.scale_for(scaled)
+    run.report.notes.append(f"{run.runner.precision} tolerances, {run.runner.runtime} computing at {run.runner.precision}: "
+                            f"atol {run.tolerances.atol:g}, rtol {run.tolerances.rtol:g} (--atol and --rtol set others)")
 
 
 def _loading_message(run: Verification) -> str | None:

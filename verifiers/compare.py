@@ -29,6 +29,8 @@ EXACT = Tolerance(0.0, 0.0)  # integer and boolean outputs must match exactly
 # int8 weights by ~1e-2 (measured on the fixture models: fp16 1.5e-3, dynamic int8 1.5e-2 max abs).
 QUANTIZED_TOLERANCES: dict[str, Tolerance] = {
     "fp16": Tolerance(1e-2, 1e-2),
+    # bfloat16 keeps 8 significant bits to float16's 11: eight times its rounding, five times its tolerance.
+    "bf16": Tolerance(5e-2, 5e-2),
     "dynamic-int8": Tolerance(5e-2, 5e-2),
 }
 

@@ -45,6 +45,7 @@ REPORTED_PACKAGES = (
     "tf2onnx",
     "ai-edge-litert",
     "litert-torch",
+    "openvino",
 )
 
 
@@ -181,7 +182,8 @@ class Report:
     format: str | None = None
     runtime: str | None = None  # the runtime that ran the artifact (verifiers.runtimes; verify --runtime)
     # An artifact that computes below float32 (float16): what each way of running it computed in, by
-    # variant ("default": the runtime's own run; "float16": float16 arithmetic emulated op by op).
+    # variant ("default": the runtime's own run; "float16": float16 arithmetic emulated op by op), for a
+    # float16 artifact and for a runtime that picks its own precision (OpenVINO).
     arithmetic: dict[str, str] = field(default_factory=dict)
     requested_opset: int | None = None
     actual_opset: int | None = None
@@ -369,8 +371,9 @@ class Report:
         if self.data.get("outputs") and not self.failures:
             lines.append(self._data_line())
         if self.arithmetic and not self.failures:
-            lines.append("  float16 arithmetic exercised: " + "; ".join(
-                f"{variant} run in {what.split(':')[0]}" for variant, what in self.arithmetic.items()))
+            computed = "; ".join(f"{variant} run in {what.split(':')[0]}" for variant, what in self.arithmetic.items())
+            exercised = "float16" in self.arithmetic
+            lines.append(f"  {'float16 arithmetic exercised' if exercised else 'computed'}: {computed}")
         if self.quantization.get("mode") not in (None, "float"):
             lines.extend(self._quantization_lines())
         if self.dynamic and not self.failures:

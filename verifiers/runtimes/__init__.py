@@ -56,6 +56,10 @@ class Runner:
     # named here and absent from `variants` could not run, and says why).
     arithmetic: dict[str, str] = {}
     notes: list[str] = []  # what the load found and let pass (the report's notes)
+    # --precision-hint values it takes (a runtime that picks its inference precision by itself), and
+    # the precision its first variant computed a float32 artifact's values at.
+    precision_hints: tuple[str, ...] = ()
+    precision: str = "float32"
     imports: tuple[str, ...] = ()  # modules its loads import (a worker started early imports them ahead)
 
     def __init__(self, model: Path | bytes, data_folder: Path | None = None):
@@ -160,11 +164,15 @@ def _layout_permutation(declared: list, fed: list[int]) -> list[int] | None:
 # runtime worker sets it from the run's limits (verifiers.runtimes.isolation.serve); probes and
 # inspections keep one thread or the runtime's default.
 run_threads = 0
+# The inference precision a runtime that picks one runs at (--precision-hint; "" leaves it to the
+# runtime), set in the worker like run_threads.
+run_precision = ""
 
 # Runtimes installed as plug-ins add themselves under the "exportgate.runtimes" entry-point group.
 RUNTIMES: LazyRegistry[type[Runner]] = LazyRegistry("runtime", {
     "onnxruntime": "verifiers.runtimes.onnxruntime_runner:OnnxRuntimeRunner",
     "ai-edge-litert": "verifiers.runtimes.litert_runner:LiteRtRunner",
+    "openvino": "verifiers.runtimes.openvino_runner:OpenVinoRunner",
 }, plugins="exportgate.runtimes")
 
 
@@ -188,9 +196,16 @@ def open_runner(fmt: str, model: Path | bytes, runtime: str | None = None, wait:
     (verifiers.runtimes.isolation), so a runtime that crashes or hangs on the artifact gives a
     verdict, not a dead exportgate. With `wait` False the load goes on while the caller does other
     work, until the runner is first used (or its `wait_loaded`)."""
-    from verifiers.runtimes.isolation import IsolatedRunner
+    from verifiers.runtimes.isolation import LIMITS, IsolatedRunner
 
-    return IsolatedRunner(runtime_for(fmt, runtime), model, wait=wait)
+    runner_class = runtime_for(fmt, runtime)
+    hint = LIMITS.get().precision
+    if hint and hint not in runner_class.precision_hints:
+        takes = f"takes {', '.join(runner_class.precision_hints)}" if runner_class.precision_hints else "picks none"
+        with_one = [n for n in RUNTIMES if RUNTIMES[n].precision_hints and fmt in RUNTIMES[n].formats]
+        raise BadInput(f"--precision-hint {hint}: {runner_class.runtime} {takes}"
+                       + (f" (--runtime {with_one[0]} takes one)" if with_one and not runner_class.precision_hints else ""))
+    return IsolatedRunner(runner_class, model, wait=wait)
 
 
 def run_model(runner_class: type[Runner], model: Path | bytes, feeds: list[dict[str, np.ndarray]],

@@ -53,6 +53,7 @@ class Limits:
     timeout: float = 900.0  # seconds per step (a load, one batch through every variant, a probe set)
     memory: int = 0  # bytes of address space for the worker; 0 is the machine's RAM
     threads: int = 0  # threads a runner may use for the artifact's runs; 0 leaves it to the runtime
+    precision: str = ""  # the inference precision a runtime that picks one runs at ("" leaves it to the runtime)
 
     def memory_bytes(self) -> int:
         return self.memory or physical_memory()
@@ -62,14 +63,16 @@ LIMITS: contextvars.ContextVar[Limits] = contextvars.ContextVar("exportgate_runt
 
 
 @contextlib.contextmanager
-def limits(timeout: float | None = None, memory_limit: float | None = None, threads: int | None = None):
+def limits(timeout: float | None = None, memory_limit: float | None = None, threads: int | None = None,
+           precision_hint: str | None = None):
     """Set the worker limits for the steps run inside: seconds per step, GiB of address space,
-    threads for the artifact's runs (the options --timeout, --memory-limit and --threads; None keeps
-    the default)."""
+    threads for the artifact's runs, the inference precision a runtime that picks one runs at (the
+    options --timeout, --memory-limit, --threads and --precision-hint; None keeps the default)."""
     default = Limits()
     token = LIMITS.set(Limits(timeout if timeout is not None else default.timeout,
                               int(memory_limit * 2**30) if memory_limit is not None else default.memory,
-                              threads if threads is not None else default.threads))
+                              threads if threads is not None else default.threads,
+                              precision_hint if precision_hint is not None else default.precision))
     try:
         yield
     finally:
@@ -97,7 +100,7 @@ class _Worker:
         parent, child = socket.socketpair()
         limits = LIMITS.get()
         code = (f"from verifiers.runtimes.isolation import serve; "
-                f"serve({child.fileno()}, {limits.memory_bytes()}, {limits.threads})")
+                f"serve({child.fileno()}, {limits.memory_bytes()}, {limits.threads}, {limits.precision!r})")
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         self.process = subprocess.Popen([sys.executable, "-c", code], pass_fds=[child.fileno()], env=env,
                                         stdin=subprocess.DEVNULL)
@@ -206,9 +209,9 @@ class _Worker:
             self.conn.close()
 
 
-def serve(fd: int, memory: int, threads: int = 0) -> None:
-    """The worker: apply the memory limit and the runners' thread count, then answer requests
-    until told to close."""
+def serve(fd: int, memory: int, threads: int = 0, precision: str = "") -> None:
+    """The worker: apply the memory limit and the runners' thread count and precision, then
+    answer requests until told to close."""
     import resource
     from multiprocessing.connection import Connection
 
@@ -220,7 +223,7 @@ def serve(fd: int, memory: int, threads: int = 0) -> None:
     if memory:
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-    runtimes.run_threads = threads
+    runtimes.run_threads, runtimes.run_precision = threads, precision
     runner = None
     while True:
         try:
@@ -243,7 +246,8 @@ def serve(fd: int, memory: int, threads: int = 0) -> None:
                 except Exception as exc:  # the runtime's own loader refused the file
                     raise InvalidArtifact(f"{_model_name(model)}: {runner_class.runtime} cannot load it: "
                                           f"{one_line(exc)}") from exc
-                value = (runner.inputs, runner.outputs, runner.variants, dict(runner.arithmetic), list(runner.notes))
+                value = (runner.inputs, runner.outputs, runner.variants, dict(runner.arithmetic), list(runner.notes),
+                         runner.precision)
             elif op == "run_each":
                 value = runner.run_each(message[1])
             else:  # "run_all"
@@ -467,6 +471,10 @@ class IsolatedRunner(Runner):
     @property
     def notes(self) -> list[str]:
         return self.wait_loaded()._load.result()[4]
+
+    @property
+    def precision(self) -> str:
+        return self.wait_loaded()._load.result()[5]
 
     def run(self, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
         return self.run_all(feed)[self.variants[0]]

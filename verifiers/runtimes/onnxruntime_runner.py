@@ -68,7 +68,7 @@ class OnnxRuntimeRunner(Runner):
                 options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         else:
             self.path = source = Path(model)
-            structure = self._check_file(self.path)
+            structure, self.notes = checked_structure(self.path)
         try:
             self.session = ort.InferenceSession(source if isinstance(source, bytes) else str(source), options,
                                                 providers=["CPUExecutionProvider"])
@@ -89,30 +89,16 @@ class OnnxRuntimeRunner(Runner):
         """A second session with float16 arithmetic emulated, for a file that computes in float16
         (see the module's docstring; `structure`: the file's graph, its weights where they lie);
         where it cannot be made, `arithmetic` says why."""
-        import onnxruntime as ort
-
-        from verifiers.onnx_float16 import NotEmulated, computes_in_float16, emulated
+        from verifiers.onnx_float16 import computes_in_float16
 
         if not computes_in_float16(structure):
             return
         self.arithmetic = {"default": FLOAT32_KERNELS}
-        try:
-            model = emulated(structure)
-        except NotEmulated as exc:
-            self.arithmetic["float16"] = f"not run: the emulation cannot rewrite it: {exc}"
-            return
-        emulation = ort.SessionOptions()
-        emulation.intra_op_num_threads = options.intra_op_num_threads
-        emulation.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # no cast pair folded
-        emulation.add_session_config_entry(_EXTERNAL_DATA_FOLDER, str(self.path.parent))
-        try:
-            self.sessions["float16"] = ort.InferenceSession(model.SerializeToString(), emulation,
-                                                            providers=["CPUExecutionProvider"])
-        except Exception as exc:  # noqa: BLE001 - the rewrite onnxruntime refuses: said, and the run is not green
-            self.arithmetic["float16"] = f"not run: onnxruntime refuses the emulation: {one_line(exc)}"
-            return
-        self.variants = ("default", "float16")
-        self.arithmetic["float16"] = FLOAT16_EMULATED
+        session, self.arithmetic["float16"] = float16_emulation(structure, self.path.parent,
+                                                                options.intra_op_num_threads)
+        if session is not None:
+            self.sessions["float16"] = session
+            self.variants = ("default", "float16")
 
     @classmethod
     def probe(cls, model: bytes, variant: str | None = None) -> OnnxRuntimeRunner:
@@ -157,23 +143,6 @@ class OnnxRuntimeRunner(Runner):
         results = session.run(list(keep), {i.name: feed[i.name] for i in session.get_inputs()})
         return dict(zip(keep, results))
 
-    def _check_file(self, path: Path):
-        """onnx.checker's full check; the file's structure (its graph, read without its weights)."""
-        import onnx
-
-        from verifiers.onnx_model import load_structure
-
-        structure = load_structure(path).model  # refuses external data outside the model's folder before any read
-        try:
-            onnx.checker.check_model(str(path), full_check=True)
-        except Exception as exc:
-            message = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
-            if _UNSORTED not in message:
-                raise InvalidArtifact(f"{path}: fails onnx.checker: {type(exc).__name__}: {message}") from exc
-            # onnxruntime sorts the graph itself, and the artifact is verified as it runs there
-            self.notes = [f"onnx.checker refuses the file, and onnxruntime loads it: {message}"]
-        return structure
-
     def run(self, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
         return self.session.run(None, feed)
 
@@ -183,6 +152,48 @@ class OnnxRuntimeRunner(Runner):
     def run_each(self, feeds: dict[str, dict[str, np.ndarray]]) -> dict[str, list[np.ndarray]]:
         return {variant: self.run(feed) if variant == "default" else self.sessions[variant].run(None, feed)
                 for variant, feed in feeds.items()}
+
+
+def checked_structure(path: Path, runtime: str = "onnxruntime"):
+    """onnx.checker's full check of a file, and its structure (its graph, read without its
+    weights) with the notes the check leaves: a graph out of topological order is verified as
+    runtimes run it (they sort it themselves), the checker's whole message a note."""
+    import onnx
+
+    from verifiers.onnx_model import load_structure
+
+    structure = load_structure(path).model  # refuses external data outside the model's folder before any read
+    try:
+        onnx.checker.check_model(str(path), full_check=True)
+    except Exception as exc:
+        message = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+        if _UNSORTED not in message:
+            raise InvalidArtifact(f"{path}: fails onnx.checker: {type(exc).__name__}: {message}") from exc
+        return structure, [f"onnx.checker refuses the file, and {runtime} loads it: {message}"]
+    return structure, []
+
+
+def float16_emulation(structure, folder: Path, threads: int):
+    """(session, what it computes in): an onnxruntime session of `structure` (a file's graph whose
+    weights lie in `folder`) with float16 arithmetic emulated op by op (verifiers.onnx_float16), or
+    (None, why it could not be made)."""
+    import onnxruntime as ort
+
+    from verifiers.onnx_float16 import NotEmulated, emulated
+
+    try:
+        model = emulated(structure)
+    except NotEmulated as exc:
+        return None, f"not run: the emulation cannot rewrite it: {exc}"
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # no cast pair folded
+    options.add_session_config_entry(_EXTERNAL_DATA_FOLDER, str(folder))
+    try:
+        session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # noqa: BLE001 - the rewrite onnxruntime refuses: said, and the run is not green
+        return None, f"not run: onnxruntime refuses the emulation: {one_line(exc)}"
+    return session, FLOAT16_EMULATED
 
 
 def _info(arg) -> TensorInfo:

@@ -67,5 +67,5 @@ def test_registered_in_process_and_refused_for_another_format():
             runtime_for("tflite", "counting-onnxruntime")
     finally:
         RUNTIMES.unregister("counting-onnxruntime")
-    with pytest.raises(BadInput, match=r"--runtime openvino: unknown runtime \(known: onnxruntime, ai-edge-litert"):
-        runtime_for("onnx", "openvino")
+    with pytest.raises(BadInput, match=r"--runtime tensorrt: unknown runtime \(known: onnxruntime, ai-edge-litert, openvino"):
+        runtime_for("onnx", "tensorrt")
