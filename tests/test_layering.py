@@ -14,7 +14,7 @@ CONTRACTS = (
     "runtimes and formats never import the GELU verdict",
     "the CLI is the only importer of typer",
     "no import cycles among the product's modules",
-    "only the runtimes package runs artifacts (onnxruntime and LiteRT are imported there alone)",
+    "only the runtimes package runs artifacts (onnxruntime, LiteRT and OpenVINO are imported there alone)",
 )
 
 
