@@ -68,11 +68,9 @@ def limits(timeout: float | None = None, memory_limit: float | None = None, thre
     """Set the worker limits for the steps run inside: seconds per step, GiB of address space,
     threads for the artifact's runs, the inference precision a runtime that picks one runs at (the
     options --timeout, --memory-limit, --threads and --precision-hint; None keeps the default)."""
-    default = Limits()
-    token = LIMITS.set(Limits(timeout if timeout is not None else default.timeout,
-                              int(memory_limit * 2**30) if memory_limit is not None else default.memory,
-                              threads if threads is not None else default.threads,
-                              precision_hint if precision_hint is not None else default.precision))
+    given = {"timeout": timeout, "memory": None if memory_limit is None else int(memory_limit * 2**30),
+             "threads": threads, "precision": precision_hint}
+    token = LIMITS.set(Limits(**{name: value for name, value in given.items() if value is not None}))
     try:
         yield
     finally:
