@@ -332,7 +332,10 @@ def onnx_dtype_name(elem_type: int) -> str:
     """TensorProto element type -> the matrix's dtype vocabulary (float32, fp8, int4...)."""
     if elem_type in _ONNX_DTYPE_NAMES:
         return _ONNX_DTYPE_NAMES[elem_type]
-    return onnx.TensorProto.DataType.Name(elem_type).lower()
+    try:
+        return onnx.TensorProto.DataType.Name(elem_type).lower()
+    except ValueError:  # a number no ONNX version names (a damaged file, or one newer than this onnx)
+        return f"onnx type {elem_type}"
 
 
 def node_label(node: onnx.NodeProto) -> str:

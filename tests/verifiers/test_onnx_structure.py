@@ -83,3 +83,13 @@ def test_two_initializers_of_one_name_are_refused(tmp_path):
     onnx.save(helper.make_model(graph), str(tmp_path / "m.onnx"))
     with pytest.raises(BadInput, match="two initializers are named 'w'"):
         load_structure(tmp_path / "m.onnx")
+
+
+def test_a_type_number_onnx_does_not_name_is_named_as_such():
+    """A damaged file (the fuzz test's mutants) or one newer than this onnx may hold an element
+    type onnx has no name for: every reader that names types (precision, target checks) gets one."""
+    from verifiers.onnx_model import onnx_dtype_name
+
+    assert 48 not in onnx.TensorProto.DataType.values()
+    assert onnx_dtype_name(48) == "onnx type 48"
+    assert onnx_dtype_name(onnx.TensorProto.FLOAT16) == "float16"
