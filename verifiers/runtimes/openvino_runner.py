@@ -40,8 +40,8 @@ class OpenVinoRunner(Runner):
         try:
             if isinstance(model, (bytes, bytearray)):
                 self.path = Path("<in-memory model>")
-                graph = onnx.load_from_string(bytes(model)).graph
-                read = core.read_model(_with_weights(bytes(model), data_folder))
+                proto = onnx.load_from_string(bytes(model))
+                graph, read = proto.graph, _read(core, bytes(model), proto, data_folder)
             else:
                 self.path = Path(model)
                 structure, self.notes = checked_structure(self.path, self.runtime)
@@ -92,13 +92,12 @@ class OpenVinoRunner(Runner):
     def probe(cls, model: bytes, variant: str | None = None) -> OpenVinoRunner:
         """The probe compiled at the precision the artifact runs at, on one thread."""
         import onnx
-        import openvino as ov
 
         runner = cls.__new__(cls)
         runner.path = Path("<probe>")
-        core = ov.Core()
-        runner._compile(core, core.read_model(bytes(model)), onnx.load_from_string(bytes(model)).graph,
-                        {**_config(), "INFERENCE_NUM_THREADS": 1})
+        core = _openvino().Core()
+        proto = onnx.load_from_string(bytes(model))
+        runner._compile(core, _read(core, bytes(model), proto), proto.graph, {**_config(), "INFERENCE_NUM_THREADS": 1})
         runner.sessions = {}
         return runner
 
@@ -115,16 +114,15 @@ class OpenVinoRunner(Runner):
         rounds values to float16 by casts (the float16 emulation's) runs in onnxruntime, since
         OpenVINO folds those casts."""
         import onnx
-        import openvino as ov
 
         from verifiers.runtimes.onnxruntime_runner import OnnxRuntimeRunner
 
-        graph = onnx.load_from_string(bytes(model)).graph
-        if any(node.op_type == "Cast" and _cast_to(node) == onnx.TensorProto.FLOAT16 for node in graph.node):
+        proto = onnx.load_from_string(bytes(model))
+        if any(node.op_type == "Cast" and _cast_to(node) == onnx.TensorProto.FLOAT16 for node in proto.graph.node):
             return OnnxRuntimeRunner.run_inspection(model, feed, keep, data_folder)
-        core = ov.Core()
+        core = _openvino().Core()
         runner = cls.__new__(cls)
-        runner._compile(core, core.read_model(_with_weights(bytes(model), data_folder)), graph, _config())
+        runner._compile(core, _read(core, bytes(model), proto, data_folder), proto.graph, _config())
         values = runner.run({info.name: feed[info.name] for info in runner.inputs})
         return {name: value for name, value in zip((o.name for o in runner.outputs), values) if name in keep}
 
@@ -158,19 +156,17 @@ def _config() -> dict[str, object]:
     return config
 
 
-def _with_weights(model: bytes, data_folder: Path | None) -> bytes:
-    """An in-memory model (a variant of an artifact) with its external data read in from
-    `data_folder`: OpenVINO reads a model from bytes without a folder to find them in."""
-    if data_folder is None:
-        return model
-    import onnx
+def _read(core, model: bytes, proto, data_folder: Path | None = None):
+    """OpenVINO's model of an in-memory ONNX model (`proto`: its bytes parsed), its external data
+    read in from `data_folder`: OpenVINO reads a model from bytes without a folder to find them in."""
     from onnx.external_data_helper import load_external_data_for_model, uses_external_data
 
-    proto = onnx.load_from_string(model)
-    if not any(uses_external_data(t) for t in proto.graph.initializer):
-        return model
-    load_external_data_for_model(proto, str(data_folder))
-    return proto.SerializeToString()
+    if data_folder is None or not any(uses_external_data(t) for t in proto.graph.initializer):
+        return core.read_model(model)
+    with_weights = type(proto)()
+    with_weights.CopyFrom(proto)
+    load_external_data_for_model(with_weights, str(data_folder))
+    return core.read_model(with_weights.SerializeToString())
 
 
 def _cast_to(node) -> int | None:
