@@ -24,9 +24,16 @@ def _releases_source(run: Verification) -> bool:
     return not any(check.keeps_source(run) for check in CHECKS if check.keeps_source is not None)
 
 
+def _release_source(run: Verification) -> None:
+    """The source's weights go; the collection of its cycles runs while the artifact loads or runs
+    in its worker, and is over before the run ends."""
+    collecting = run.source.release(collect_aside=True)
+    run.cleanups.callback(collecting.join)
+
+
 SOURCE_STEPS = tuple(step for check in CHECKS for step in check.on_source)
 PRECISION_STEPS = (
     quantization.PRECISION,
-    Step("release_source", lambda run: run.source.release(), when=_releases_source),
+    Step("release_source", _release_source, when=_releases_source),
 )
 JUDGING_STEPS = (LOAD_ARTIFACT, *(step for check in CHECKS for step in check.on_artifact))
