@@ -248,7 +248,7 @@ class _Corrupt(Exception):
     pass
 
 
-def _vector(table: Any, field: int, elem_size: int, size: int) -> tuple[int, int] | None:
+def vector_extent(table: Any, field: int, elem_size: int, size: int) -> tuple[int, int] | None:
     """(start, length) of a vector field, checked to lie inside the file; None when absent."""
     o = table.Offset(field)
     if not o:
@@ -262,7 +262,7 @@ def _vector(table: Any, field: int, elem_size: int, size: int) -> tuple[int, int
 
 def _ints(table: Any, field: int, size: int) -> tuple[int, ...]:
     """An int32 vector field (empty when absent)."""
-    found = _vector(table, field, 4, size)
+    found = vector_extent(table, field, 4, size)
     if found is None:
         return ()
     start, length = found
@@ -271,7 +271,7 @@ def _ints(table: Any, field: int, size: int) -> tuple[int, ...]:
 
 def _numbers(table: Any, field: int, code: str, size: int) -> tuple:
     """A numeric vector field of struct format `code` ("f" float32, "q" int64; empty when absent)."""
-    found = _vector(table, field, struct.calcsize(code), size)
+    found = vector_extent(table, field, struct.calcsize(code), size)
     if found is None:
         return ()
     start, length = found
@@ -283,7 +283,7 @@ def _string(raw: bytes | None) -> str:
 
 
 def _check_table_vector(reader: Any, field: int, size: int) -> int:
-    found = _vector(reader._tab, field, 4, size)
+    found = vector_extent(reader._tab, field, 4, size)
     return 0 if found is None else found[1]
 
 
@@ -308,7 +308,7 @@ def _parse(data: bytes, path: str) -> TFLiteModel:
     buffers = []
     for j in range(_check_table_vector(model, 12, size)):
         buf = model.Buffers(j)
-        found = _vector(buf._tab, 4, 1, size)
+        found = vector_extent(buf._tab, 4, 1, size)
         start, length = found if found else (0, 0)
         offset, extent = buf.Offset(), buf.Size()
         if offset > 1:  # data stored after the flatbuffer (models over 2 GB)
