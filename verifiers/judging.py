@@ -371,7 +371,8 @@ def compare_at_sizes(report: Report, comparison: Comparison, plans: list, sized:
 def _at_size(finding, where: str) -> str:
     """`output y: max abs err 1.23 at x axis 1 = 11 (export size 6)`, or the finding's message
     with the place added."""
-    if "max_abs_err" in finding.data and "sqnr_db" not in finding.data and finding.output:
+    if ("max_abs_err" in finding.data and "sqnr_db" not in finding.data and finding.output
+            and finding.data.get("cause") != "nonfinite"):  # its error over the finite values says nothing
         return f"output {finding.output}: max abs err {finding.data['max_abs_err']:.3g} at {where}"
     return f"{finding.message} at {where}"
 

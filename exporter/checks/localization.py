@@ -118,11 +118,11 @@ def localize(report: Report, source: Source, feeds: list[dict], reference: list,
 
 
 def _arithmetic_variant(report: Report) -> str | None:
-    """The variant to look inside: the first failure's, where it computes in another arithmetic than
-    the runtime's own run (float16 emulated), else None (the runtime's own run)."""
+    """The variant to look inside: the first failure's where it is the run in float16 arithmetic
+    (emulated, or XNNPACK forced to FP16), else None (the runtime's own run)."""
     failures = numeric_failures(report)
     variant = failures[0].data.get("variant") if failures else None
-    return variant if variant in report.arithmetic and variant != "default" else None
+    return variant if variant == "float16" and variant in report.arithmetic else None
 
 
 def module_by_weights(divergence, source: Source, trace):

@@ -50,7 +50,7 @@ def export(tmp_path_factory):
 
 
 def max_errors(runner, feeds, reference) -> dict[str, float]:
-    errors = {"xnnpack": 0.0, "builtin": 0.0}
+    errors = dict.fromkeys(runner.variants, 0.0)
     for feed, (names, _, arrays) in zip(feeds, reference):
         assert [o.name for o in runner.outputs] == names
         for key, outputs in runner.run_all({i.name: feed[i.name] for i in runner.inputs}).items():
@@ -69,7 +69,9 @@ def test_matches_torch_in_both_interpreters(export, name, quantize):
     runner = runtime_for("tflite")(path)
     assert [i.name for i in runner.inputs] == source.input_names  # not args_0
     errors = max_errors(runner, feeds, reference)
-    assert max(errors.values()) < ATOL[quantize], errors
+    interpreters = [error for variant, error in errors.items() if variant != "float16"]
+    assert max(interpreters) < ATOL[quantize], errors
+    assert errors.get("float16", 0.0) < 1e-2, errors  # XNNPACK forced to FP16: float16 arithmetic's rounding
     assert gelu_flags(path) == [name.endswith("_tanh")]
 
 
