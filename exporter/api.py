@@ -1,6 +1,7 @@
-"""The Python API: export, verify, check, targets and inspect. Each returns what the CLI prints or writes.
+"""The Python API: export, verify, check, measure, targets and inspect. Each returns what the CLI
+prints or writes.
 
-export, verify and check are short lists of named steps (exporter.exporting, exporter.verifying,
+export, verify, check and measure are short lists of named steps (exporter.exporting, exporter.verifying,
 exporter.checking; the checks export and verify share are exporter.checks), run by
 verifiers.steps: progress, timings, errors and the report. Options are passed by the names
 exporter.options declares. The API never prints: progress on long steps goes to the `progress`
@@ -15,6 +16,7 @@ from typing import Any
 
 from exporter.checking import CHECK_STEPS, Checking
 from exporter.exporting import EXPORT_STEPS, Export, check_options
+from exporter.measuring import MEASURE_STEPS, Measuring
 from exporter.options import given
 from exporter.verifying import VERIFY_STEPS, Verify
 from verifiers.judging import describe_artifact
@@ -66,6 +68,17 @@ def check(artifact: str | Path, *, report_path: str | Path | None = None,
     report = Report(command="check", target=options["target"], full_lists=options["full_lists"])
     run = Checking(report, Path(artifact), options["target"], options["matrix"], _reports(report_path, reports))
     return run_steps(report, CHECK_STEPS, run, silent, run.reports)
+
+
+def measure(artifact: str | Path, *, report_path: str | Path | None = None,
+            reports: Mapping[str, str | Path] | None = None, progress: Progress = silent, **options: Any) -> Report:
+    """What an artifact (from any tool) costs in its runtime, with no source model: load time,
+    latency, throughput and peak memory (report.measurement). The options are `exportgate
+    measure`'s, by name (exporter.options)."""
+    options = given("measure", options)
+    report = Report(command="measure")
+    run = Measuring(report, progress, options, _reports(report_path, reports), Path(artifact))
+    return run_steps(report, MEASURE_STEPS, run, progress, run.reports)
 
 
 def inspect(artifact: str | Path) -> dict[str, Any]:

@@ -270,6 +270,12 @@ def _run_and_finish(command: str, values: dict[str, Any]) -> None:
 
 
 @_command
+def measure(values: dict[str, Any]) -> None:
+    """Measure what ARTIFACT costs in its runtime: load time, latency, throughput, peak memory."""
+    _run_and_finish("measure", values)
+
+
+@_command
 def check(values: dict[str, Any]) -> None:
     """List every incompatibility of ARTIFACT with a target: exit 4 when there is any, 0 when none."""
     from exporter.digests import hash_ahead

@@ -105,7 +105,7 @@ def as_strings(value: Any) -> list[str] | None:
 
 
 _MODEL_SPEC = "file.py:callable, model.keras, model.pt2 or a transformers model folder (save_pretrained)"
-_REPORTING = ("export", "verify", "check", "run", "merge")
+_REPORTING = ("export", "verify", "check", "run", "merge", "measure")
 
 
 def _report_option(writer: str) -> Option:
@@ -115,6 +115,7 @@ def _report_option(writer: str) -> Option:
     return Option(module.OPTION.removeprefix("--"), module.OPTION, Path, module.HELP, _REPORTING, metavar="PATH",
                   to="report", writer=writer)
 _RUNNING = ("export", "verify")
+_IN_A_WORKER = ("export", "verify", "run", "inspect", "measure")  # the commands that run a runtime worker
 
 OPTIONS: tuple[Option, ...] = (
     # ---- what to export, and how ------------------------------------------------------------------
@@ -124,6 +125,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("artifact", "ARTIFACT", Path, "The .onnx or .tflite artifact, from any tool.", ("check",), argument=True,
            required=True),
     Option("artifact", "ARTIFACT", Path, "The artifact to describe.", ("inspect",), argument=True, required=True),
+    Option("artifact", "ARTIFACT", Path, "The .onnx or .tflite artifact to measure, from any tool.", ("measure",),
+           argument=True, required=True),
     Option("source", "--source", str, "The source model: file.py:callable, .keras, .pt2 or a transformers model "
            "folder.", ("verify",), metavar="MODEL", required=True),
     Option("to", "--to", str, "Artifact format: onnx or tflite.", ("export",), metavar="onnx|tflite", required=True,
@@ -161,9 +164,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("matrix", "--matrix", Path, "A YAML file of targets that adds to or overrides opset_matrix.yaml.",
            ("export", "check", "targets"), metavar="FILE"),
     Option("runtime", "--runtime", str, "The runtime to run ARTIFACT in (default: the one its format names: "
-           "onnxruntime for ONNX, ai-edge-litert for TFLite; openvino also runs ONNX).", ("verify",), metavar="NAME"),
+           "onnxruntime for ONNX, ai-edge-litert for TFLite; openvino also runs ONNX).", ("verify", "measure"),
+           metavar="NAME"),
     Option("inputs", "--input", list, "NAME:SHAPE:DTYPE[:LOW..HIGH], e.g. input_ids:2x16:int64:0..1000 (HIGH "
-           "exclusive). Repeatable.", _RUNNING, default=(), metavar="NAME:SHAPE:DTYPE[:LOW..HIGH]", job=True),
+           "exclusive). Repeatable.", (*_RUNNING, "measure"), default=(), metavar="NAME:SHAPE:DTYPE[:LOW..HIGH]",
+           job=True),
     Option("dynamic", "--dynamic", list, "NAME:AXIS[:MIN..MAX]: make an input axis dynamic (verified at several "
            "sizes within MIN..MAX).", ("export",), default=(), metavar="NAME:AXIS[:MIN..MAX]", job=True),
     Option("task", "--task", str, "A transformers model folder's task, e.g. text-classification (an unknown one lists "
@@ -181,6 +186,7 @@ OPTIONS: tuple[Option, ...] = (
            expects="a number, NAME=NUMBER or a list of them"),
     Option("seed", "--seed", int, "Seed for the random verification batches.", _RUNNING, default=0, metavar="N",
            job=True),
+    Option("seed", "--seed", int, "Seed for the random batch measured.", ("measure",), default=0, metavar="N"),
     Option("batches", "--batches", int, "Random batches besides the example inputs (default 3; none with --data).",
            _RUNNING, metavar="N", minimum=0, job=True),
     Option("data", "--data", str, "Verify on your own samples too: an .npz of arrays by input name (axis 0: samples), "
@@ -207,25 +213,32 @@ OPTIONS: tuple[Option, ...] = (
     Option("localize", "--localize/--no-localize", bool, "Find where the artifact first departs from the source: the "
            "op, its module and source line, and the error it introduces itself. Default: on a run whose outputs "
            "differ; --localize on a green run too.", _RUNNING, job=True),
+    Option("measure", "--measure", bool, "Measure what the artifact costs in its runtime once it is verified: load "
+           "time, latency per batch (median, p90, 95% interval), throughput at the batch and at 4 times it, peak "
+           "memory, each way the runtime runs it, in a fresh runtime worker.", _RUNNING, default=False, job=True),
+    Option("measure_seconds", "--measure-seconds", float, "Seconds of timed runs at most per way of running and "
+           "batch size (fewer once the median's 95% interval is within 2% of it). Default 3.",
+           (*_RUNNING, "measure"), default=3.0, metavar="SECONDS", minimum=0.01, job=True),
     # ---- the runtime worker -----------------------------------------------------------------------
     Option("timeout", "--timeout", float, "Seconds a runtime may take for one step on the artifact (a load, a batch, "
-           "the GELU probes) before the run fails with exit 4. Default 900.", ("export", "verify", "run", "inspect"),
+           "the GELU probes) before the run fails with exit 4. Default 900.", _IN_A_WORKER,
            metavar="SECONDS", minimum=0.001, to="worker"),
     Option("memory_limit", "--memory-limit", float, "GiB of address space the runtime's worker process may use. "
-           "Default: the machine's RAM.", ("export", "verify", "run", "inspect"), metavar="GIB", minimum=0.01,
+           "Default: the machine's RAM.", _IN_A_WORKER, metavar="GIB", minimum=0.01,
            to="worker"),
     Option("threads", "--threads", int, "Threads the runtime may use to run the artifact (onnxruntime's intra-op "
-           "threads, LiteRT's num_threads, OpenVINO's INFERENCE_NUM_THREADS). Default: the runtime's own choice.", ("export", "verify", "run", "inspect"),
+           "threads, LiteRT's num_threads, OpenVINO's INFERENCE_NUM_THREADS). Default: the runtime's own choice.", _IN_A_WORKER,
            metavar="N", minimum=1, to="worker"),
     Option("precision_hint", "--precision-hint", str, "The inference precision a runtime that picks its own "
            "runs the artifact at (OpenVINO's INFERENCE_PRECISION_HINT: f32, bf16 or f16). Default: the runtime's "
-           "choice on this CPU, which the report states.", ("verify",), metavar="PRECISION", to="worker"),
+           "choice on this CPU, which the report states.", ("verify", "measure"), metavar="PRECISION", to="worker"),
     # ---- what is written and printed --------------------------------------------------------------
     *(_report_option(writer) for writer in WRITERS),
     Option("full_lists", "--full-lists", bool, "Keep every entry of the lists that grow with the model (ops computing "
            f"in float, int8 layers, the divergence profile) in the JSON report, not the first {LIST_CAP} and their "
            "count.", ("export", "verify", "check"), default=False, job=True),
-    Option("quiet", "--quiet", bool, "No progress lines, only the verdict and failures.", (*_RUNNING, "run"),
+    Option("quiet", "--quiet", bool, "No progress lines, only the verdict and failures.",
+           (*_RUNNING, "run", "measure"),
            default=False, to="cli"),
     Option("json", "--json", bool, "Print the report as JSON on stdout.", _REPORTING, default=False, to="cli"),
     Option("json", "--json", bool, "Print JSON instead of text.", ("targets", "inspect"), default=False, to="cli"),
@@ -252,7 +265,7 @@ OPTIONS: tuple[Option, ...] = (
            to="cli"),
 )
 
-COMMANDS = ("export", "verify", "check", "run", "plan", "merge", "targets", "inspect")
+COMMANDS = ("export", "verify", "check", "run", "plan", "merge", "targets", "inspect", "measure")
 
 
 def of(command: str) -> list[Option]:

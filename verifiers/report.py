@@ -196,6 +196,9 @@ class Report:
     outputs: list[OutputResult] = field(default_factory=list)
     # The same comparison for the runtime's other ways of running the artifact (LiteRT without XNNPACK).
     variant_outputs: dict[str, list[OutputResult]] = field(default_factory=dict)
+    # --measure, or `exportgate measure`: what the artifact costs in its runtime (verifiers.measurement:
+    # load, latency per variant and batch with its 95% interval, throughput, peak memory, machine load).
+    measurement: dict[str, Any] = field(default_factory=dict)
     gelu_guard: str = "not run"  # "checked", "off (--no-gelu-guard)", or "failed: why"
     gelu: list[dict[str, Any]] = field(default_factory=list)  # one entry per GELU site pair
     # The activations a model folder's config declares, {"declared": {key: {"name", "flavour"}}, and
@@ -422,6 +425,10 @@ class Report:
             lines.append(f"  {self.divergence['message']}")
         if any("dynamic" in f.data for f in self.failures):
             lines.extend(f"  hint: {hint['message']}" for hint in self.dynamic_hints)
+        if self.measurement:
+            from verifiers.measurement import summary_lines
+
+            lines.extend(summary_lines(self.measurement))
         if self.rejected_artifact:
             lines.append(f"  rejected artifact kept at {self.rejected_artifact}")
         if self.published_beside and self.exit_code == 0:

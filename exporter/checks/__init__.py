@@ -1,7 +1,7 @@
 """The checks of an artifact against its source, one module per concern, shared by export and
 verify: outputs, sizes (the dynamic axes), data (the user's samples, --data), generation (a decoder
-with past), quantization (an int8 artifact's layers), GELU, and localisation (where a red run
-departs), in the order they run. The
+with past), quantization (an int8 artifact's layers), GELU, localisation (where a red run
+departs) and, with --measure, measurement (what the artifact costs), in the order they run. The
 target check (exporter.checks.target) runs without the source, for export and check.
 
 A command is its own steps, then SOURCE_STEPS (each check's steps on the source), then, once the
@@ -11,12 +11,12 @@ check keeps it), then JUDGING_STEPS (the artifact loaded, then each check's step
 
 from __future__ import annotations
 
-from exporter.checks import data, gelu, generation, localization, outputs, quantization, sizes
+from exporter.checks import data, gelu, generation, localization, measurement, outputs, quantization, sizes
 from exporter.verification import LOAD_ARTIFACT, Verification
 from verifiers.steps import Step
 
 CHECKS = (outputs.CHECK, sizes.CHECK, data.CHECK, generation.CHECK, quantization.CHECK, gelu.CHECK,
-          localization.CHECK)
+          localization.CHECK, measurement.CHECK)
 
 
 def _releases_source(run: Verification) -> bool:

@@ -246,17 +246,19 @@ def test_inspect_does_not_import_torch_or_tensorflow(cli, tmp_path):
 
 
 # The runtime itself included: inspect reads the file in its own process and runs only the GELU
-# probes, in a runtime worker; check needs no runtime at all.
+# probes, in a runtime worker; measure runs the artifact in workers alone; check needs no runtime.
 UNUSED_ON_AN_ONNX_FILE = ("exporter.routes.torch_onnx", "exporter.routes.keras_onnx", "exporter.routes.keras_tflite",
                           "exporter.routes.torch_tflite", "exporter.frameworks.torch_framework",
                           "exporter.frameworks.keras_framework", "verifiers.runtimes.litert_runner", "onnxruntime")
 
 
-def test_inspect_and_check_import_no_route_framework_or_format_they_do_not_use(cli, tmp_path):
+def test_inspect_check_and_measure_import_no_route_framework_or_format_they_do_not_use(cli, tmp_path):
     assert cli("export", torch_model("mlp_exact"), "--to", "onnx", "--opset", "17", "--out", "m.onnx").returncode == 0
     # check reads the whole target matrix, whose TFLite entries the TFLite format validates.
     for args, unused in ((("inspect", "m.onnx"), UNUSED_ON_AN_ONNX_FILE + ("verifiers.formats.tflite",)),
-                         (("check", "m.onnx", "--target", "ort-1.32"), UNUSED_ON_AN_ONNX_FILE)):
+                         (("check", "m.onnx", "--target", "ort-1.32"), UNUSED_ON_AN_ONNX_FILE),
+                         (("measure", "m.onnx", "--measure-seconds", "0.05"),
+                          UNUSED_ON_AN_ONNX_FILE + ("torch", "tensorflow", "verifiers.formats.tflite"))):
         probe = ("import atexit, sys; atexit.register(lambda: print(sorted(m for m in "
                  f"{unused!r} if m in sys.modules), file=sys.stderr))")
         result = cli(*args, prelude=probe)

@@ -1,0 +1,179 @@
+"""What an artifact costs where it runs: load time, latency per batch, throughput, peak memory.
+
+`measure_artifact` runs in a fresh runtime worker (verifiers.runtimes.isolation.call), so the
+memory it reports is the artifact's runtime alone: the worker's resident memory before the load
+(the runtime imported) and its peak from there to the end of the runs (Linux's VmRSS and VmHWM,
+the peak reset before the load). The load is the runner's: the file's checks and the runtime's
+session or interpreter. Each of the runtime's own ways of running it (onnxruntime's
+session; LiteRT's XNNPACK and builtin interpreters; never an emulation such as the float16
+variant, which says nothing of what ships) is timed at the batch given and, where every input's
+first axis is dynamic, at a batch 4 times larger: warm-up runs first, then runs until the 95%
+confidence interval of the median is within 2% of it, or the time given to it runs out. The
+interval comes from order statistics (no assumption on the distribution of the times), and the
+machine's load average before and after says how busy it was.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+LARGER_BATCH = 4  # the larger batch, as a multiple of the one given
+WARM_UP = 3
+MIN_RUNS = 10
+MAX_RUNS = 1000
+PRECISION = 0.02  # the confidence interval's half-width wanted, as a fraction of the median
+EMULATED = "float16"  # the variant that emulates float16 arithmetic: it says nothing of what ships
+
+
+@dataclass(frozen=True)
+class Timing:
+    """One way of running the artifact at one batch size."""
+
+    variant: str
+    batch: int | None  # the first axis' size, None where the inputs have no batch axis
+    runs: int
+    median_ms: float
+    p90_ms: float
+    low_ms: float  # the 95% confidence interval of the median
+    high_ms: float
+    min_ms: float
+    max_ms: float
+
+    @property
+    def items_per_second(self) -> float | None:
+        return None if self.batch is None else self.batch / (self.median_ms / 1000)
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "items_per_second": self.items_per_second}
+
+
+@dataclass
+class Measurement:
+    runtime: str
+    threads: int | None  # as set (--threads); None: the runtime's own choice
+    cpus: int  # the processors this process may run on
+    load_seconds: float
+    rss_before_load_mb: float
+    peak_rss_mb: float
+    load_average: tuple[float, float]  # the machine's 1-minute load average before and after
+    timings: list[Timing] = field(default_factory=list)
+    larger_batch: str | None = None  # why no larger batch was measured, when none was
+
+    def to_dict(self) -> dict:
+        return {**{k: v for k, v in asdict(self).items() if k != "timings"},
+                "timings": [t.to_dict() for t in self.timings]}
+
+
+def summary_lines(measured: dict) -> list[str]:
+    """The report's lines for a measurement (Measurement.to_dict)."""
+    threads = (f"{measured['threads']} thread(s)" if measured["threads"]
+               else f"its own thread count, {measured['cpus']} CPU(s)")
+    before, after = measured["load_average"]
+    lines = [f"  measured in {measured['runtime']} ({threads}): load {measured['load_seconds']:.2f} s, peak memory "
+             f"{measured['peak_rss_mb']:.0f} MB ({measured['rss_before_load_mb']:.0f} MB before the load), machine "
+             f"load {before:.1f} then {after:.1f}"]
+    for t in measured["timings"]:
+        rate = f", {t['items_per_second']:.3g} items/s" if t["items_per_second"] is not None else ""
+        batch = t["batch"] if t["batch"] is not None else "-"
+        lines.append(f"    {t['variant']}, batch {batch}: median {t['median_ms']:.3g} ms [{t['low_ms']:.3g}, "
+                     f"{t['high_ms']:.3g}] (95%), p90 {t['p90_ms']:.3g} ms, {t['runs']} runs{rate}")
+    if measured["larger_batch"]:
+        lines.append(f"    no larger batch: {measured['larger_batch']}")
+    return lines
+
+
+def median_interval(times: list[float]) -> tuple[float, float]:
+    """The 95% confidence interval of the median of `times` from their order statistics: the
+    ranks n/2 -+ 0.98 sqrt(n) (the normal approximation of the binomial count of values below it)."""
+    ordered = sorted(times)
+    n = len(ordered)
+    half = 0.98 * math.sqrt(n)
+    low = max(0, math.floor(n / 2 - half))
+    high = min(n - 1, math.ceil(n / 2 + half))
+    return ordered[low], ordered[high]
+
+
+def time_runs(run, seconds: float) -> list[float]:
+    """Seconds of each timed call of `run()`, after the warm-up: until the median's interval is
+    within PRECISION of it (MIN_RUNS at least), or `seconds` have passed, or MAX_RUNS."""
+    for _ in range(WARM_UP):
+        run()
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < MAX_RUNS:
+        began = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - began)
+        if len(times) >= MIN_RUNS:
+            low, high = median_interval(times)
+            if (high - low) / 2 <= PRECISION * float(np.median(times)) or time.perf_counter() - start >= seconds:
+                break
+    return times
+
+
+def larger(feed: dict[str, np.ndarray], inputs: list, factor: int) -> tuple[dict[str, np.ndarray] | None, str | None]:
+    """The feed `factor` times larger along every input's first axis, or None and why not."""
+    from verifiers.sizes import is_dynamic
+
+    fixed = [info.name for info in inputs if not info.shape or not is_dynamic(info.shape[0])]
+    if fixed:
+        return None, f"input {fixed[0]} has no dynamic first axis"
+    return {name: np.concatenate([value] * factor, axis=0) for name, value in feed.items()}, None
+
+
+def measure_artifact(runner_class, model: Path, feed: dict[str, np.ndarray], seconds: float) -> Measurement:
+    """Load `model` with `runner_class` in this process (a fresh runtime worker) and time its runs
+    on `feed` (under the artifact's input names) and on a larger batch; see the module's docstring."""
+    from verifiers import runtimes
+
+    for module in runner_class.imports:  # the runtime imported first: its import is not the artifact's load
+        importlib.import_module(module)
+    load_before = os.getloadavg()[0]
+    rss_before = _resident_mb("VmRSS")
+    _reset_peak()
+    began = time.perf_counter()
+    runner = runner_class(model)
+    load_seconds = time.perf_counter() - began
+    variants = [variant for variant in runner.variants if variant != EMULATED]
+    feeds = {_batch(feed): feed}
+    bigger, why = larger(feed, runner.inputs, LARGER_BATCH)
+    if bigger is not None:
+        feeds[_batch(bigger)] = bigger
+    timings = []
+    for variant in variants:
+        for batch, each in feeds.items():
+            times = time_runs(lambda: runner.run_each({variant: each}), seconds)
+            ms = np.array(times) * 1000
+            low, high = median_interval(list(ms))
+            timings.append(Timing(variant, batch, len(times), float(np.median(ms)), float(np.percentile(ms, 90)),
+                                  low, high, float(ms.min()), float(ms.max())))
+    return Measurement(runner_class.runtime, runtimes.run_threads or None, len(os.sched_getaffinity(0)),
+                       load_seconds, rss_before, _resident_mb("VmHWM"),
+                       (load_before, os.getloadavg()[0]), timings, why)
+
+
+def _resident_mb(field: str) -> float:
+    """This process's resident memory (VmRSS) or its peak (VmHWM, since the last _reset_peak), in MB,
+    from /proc/self/status."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1]) / 1024
+    raise OSError(f"/proc/self/status has no {field}")
+
+
+def _reset_peak() -> None:
+    """Start the peak resident memory (VmHWM) from the current one (Linux 4.0 and later)."""
+    Path("/proc/self/clear_refs").write_text("5")
+
+
+def _batch(feed: dict[str, np.ndarray]) -> int | None:
+    sizes = {value.shape[0] for value in feed.values() if np.ndim(value)}
+    return sizes.pop() if len(sizes) == 1 else None
+
