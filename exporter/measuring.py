@@ -63,5 +63,5 @@ MEASURE_STEPS = (
     Step("artifact_facts", _artifact_facts),
     Step("inputs", _seeded_batch),
     Step("measure", lambda run: measure(run.report, runtime_for(run.artifact.format.name, run.options["runtime"]),
-                                        run.path, run.feed, run.options["measure_seconds"], run.progress)),
+                                        run.path, run.feed, run.options, run.progress)),
 )

@@ -219,6 +219,18 @@ OPTIONS: tuple[Option, ...] = (
     Option("measure_seconds", "--measure-seconds", float, "Seconds of timed runs at most per way of running and "
            "batch size (fewer once the median's 95% interval is within 2% of it). Default 3.",
            (*_RUNNING, "measure"), default=3.0, metavar="SECONDS", minimum=0.01, job=True),
+    Option("max_latency", "--max-latency", float, "The most milliseconds one batch may take (the median of the way "
+           "that ships, at the batch verified): over it, by the median's whole 95% interval, is exit 5. Measures.",
+           (*_RUNNING, "measure"), metavar="MS", minimum=0.0, job=True),
+    Option("max_memory", "--max-memory", float, "The most MB the runtime's worker may hold at its peak (the artifact "
+           "loaded and run): over it is exit 5. Measures.", (*_RUNNING, "measure"), metavar="MB", minimum=0.0,
+           job=True),
+    Option("baseline", "--baseline", Path, "A previous report with a measurement (--report of a run with --measure, "
+           "or of `exportgate measure`): slower or bigger than it beyond --max-regression is exit 5. Measures.",
+           (*_RUNNING, "measure"), metavar="REPORT.json", job=True, expects="a path", reads=True),
+    Option("max_regression", "--max-regression", float, "Percent the latency (beyond both 95% intervals) and the "
+           "peak memory may grow over --baseline's. Default 10.", (*_RUNNING, "measure"), default=10.0,
+           metavar="PERCENT", minimum=0.0, job=True),
     # ---- the runtime worker -----------------------------------------------------------------------
     Option("timeout", "--timeout", float, "Seconds a runtime may take for one step on the artifact (a load, a batch, "
            "the GELU probes) before the run fails with exit 4. Default 900.", _IN_A_WORKER,

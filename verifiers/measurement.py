@@ -4,7 +4,8 @@
 memory it reports is the artifact's runtime alone: the worker's resident memory before the load
 (the runtime imported) and its peak from there to the end of the runs (Linux's VmRSS and VmHWM,
 the peak reset before the load). The load is the runner's: the file's checks and the runtime's
-session or interpreter. Each of the runtime's own ways of running it (onnxruntime's
+session or interpreter. Where the runtime has a profiler (onnxruntime), a few more runs say which
+op types the time goes to. Each of the runtime's own ways of running it (onnxruntime's
 session; LiteRT's XNNPACK and builtin interpreters; never an emulation such as the float16
 variant, which says nothing of what ships) is timed at the batch given and, where every input's
 first axis is dynamic, at a batch 4 times larger: warm-up runs first, then runs until the 95%
@@ -29,6 +30,8 @@ WARM_UP = 3
 MIN_RUNS = 10
 MAX_RUNS = 1000
 PRECISION = 0.02  # the confidence interval's half-width wanted, as a fraction of the median
+PROFILED_RUNS = 5
+PROFILE_LINES = 5  # op types the summary names
 EMULATED = "float16"  # the variant that emulates float16 arithmetic: it says nothing of what ships
 
 
@@ -65,6 +68,9 @@ class Measurement:
     load_average: tuple[float, float]  # the machine's 1-minute load average before and after
     timings: list[Timing] = field(default_factory=list)
     larger_batch: str | None = None  # why no larger batch was measured, when none was
+    # Milliseconds per run by op type, from the runtime's own profiler, in the way that ships at the
+    # batch given (empty where the runtime has no profiler to read: LiteRT's Python API).
+    profile: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {**{k: v for k, v in asdict(self).items() if k != "timings"},
@@ -86,6 +92,11 @@ def summary_lines(measured: dict) -> list[str]:
                      f"{t['high_ms']:.3g}] (95%), p90 {t['p90_ms']:.3g} ms, {t['runs']} runs{rate}")
     if measured["larger_batch"]:
         lines.append(f"    no larger batch: {measured['larger_batch']}")
+    if measured.get("profile"):
+        total = sum(measured["profile"].values())
+        top = list(measured["profile"].items())[:PROFILE_LINES]
+        lines.append("    time by op type (the runtime's profiler): "
+                     + ", ".join(f"{op} {ms:.3g} ms ({ms / total:.0%})" for op, ms in top))
     return lines
 
 
@@ -154,9 +165,10 @@ def measure_artifact(runner_class, model: Path, feed: dict[str, np.ndarray], sec
             low, high = median_interval(list(ms))
             timings.append(Timing(variant, batch, len(times), float(np.median(ms)), float(np.percentile(ms, 90)),
                                   low, high, float(ms.min()), float(ms.max())))
+    peak = _resident_mb("VmHWM")  # before the profiler's own session
+    profile = dict(sorted(runner.profile(feed, PROFILED_RUNS).items(), key=lambda item: -item[1]))
     return Measurement(runner_class.runtime, runtimes.run_threads or None, len(os.sched_getaffinity(0)),
-                       load_seconds, rss_before, _resident_mb("VmHWM"),
-                       (load_before, os.getloadavg()[0]), timings, why)
+                       load_seconds, rss_before, peak, (load_before, os.getloadavg()[0]), timings, why, profile)
 
 
 def _resident_mb(field: str) -> float:
@@ -177,3 +189,81 @@ def _batch(feed: dict[str, np.ndarray]) -> int | None:
     sizes = {value.shape[0] for value in feed.values() if np.ndim(value)}
     return sizes.pop() if len(sizes) == 1 else None
 
+
+
+@dataclass(frozen=True)
+class Overrun:
+    """A budget the measurement exceeds, or a regression against the baseline: the metric, the
+    figure measured, the limit, and (against a baseline) the baseline's figure."""
+
+    metric: str  # "latency" (ms, the shipped way's median at the batch given) or "peak memory" (MB)
+    measured: float
+    limit: float
+    baseline: float | None = None
+    grew: tuple[tuple[str, float], ...] = ()  # op types whose time grew most: (op type, ms more per run)
+
+    @property
+    def message(self) -> str:
+        unit = "ms" if self.metric == "latency" else "MB"
+        if self.baseline is None:
+            return (f"{self.metric} {self.measured:.4g} {unit} is over the budget of {self.limit:.4g} {unit} "
+                    f"({self.measured / self.limit:.2f}x)")
+        grew = ("; grew most: " + ", ".join(f"{op} +{ms:.3g} ms" for op, ms in self.grew)) if self.grew else ""
+        return (f"{self.metric} {self.measured:.4g} {unit} against the baseline's {self.baseline:.4g} {unit} "
+                f"({self.measured / self.baseline:.2f}x, more than the {self.limit:.4g} {unit} allowed){grew}")
+
+
+def overruns(measured: dict, max_latency: float | None, max_memory: float | None, baseline: dict | None,
+             max_regression: float) -> tuple[list[Overrun], list[str]]:
+    """The budgets `measured` (Measurement.to_dict) exceeds, and notes where the noise or the
+    baseline cannot tell. Latency is the first way of running (the one that ships) at the batch
+    given: over a budget only when its whole 95% interval is, slower than the baseline's only when
+    the interval's low end passes the baseline's high end by more than `max_regression` (a
+    fraction). Peak memory is one figure each: over when it is over."""
+    found, notes = [], []
+    first = measured["timings"][0]
+    if max_latency is not None:
+        if first["low_ms"] > max_latency:
+            found.append(Overrun("latency", first["median_ms"], max_latency))
+        elif first["high_ms"] > max_latency:
+            notes.append(f"latency: median {first['median_ms']:.4g} ms, 95% interval [{first['low_ms']:.4g}, "
+                         f"{first['high_ms']:.4g}] ms around the budget of {max_latency:g} ms: not over it at this "
+                         "noise (run where the machine is quieter, or give --measure-seconds more)")
+    if max_memory is not None and measured["peak_rss_mb"] > max_memory:
+        found.append(Overrun("peak memory", measured["peak_rss_mb"], max_memory))
+    if baseline:
+        regressions, said = _against(measured, baseline, max_regression)
+        found += regressions
+        notes += said
+    return found, notes
+
+
+def _against(measured: dict, baseline: dict, max_regression: float) -> tuple[list[Overrun], list[str]]:
+    notes = []
+    for key in ("runtime", "threads", "cpus"):
+        if measured[key] != baseline.get(key):
+            notes.append(f"baseline: measured with {key} {baseline.get(key)}, this run with {measured[key]}")
+    first = measured["timings"][0]
+    same = next((t for t in baseline.get("timings", ()) if (t["variant"], t["batch"]) == (first["variant"],
+                                                                                         first["batch"])), None)
+    found = []
+    if same is None:
+        notes.append(f"baseline: no {first['variant']} timing at batch {first['batch']} to compare with")
+    else:
+        allowed = same["high_ms"] * (1 + max_regression)
+        if first["low_ms"] > allowed:
+            found.append(Overrun("latency", first["median_ms"], allowed, same["median_ms"],
+                                 _grew(measured.get("profile", {}), baseline.get("profile", {}))))
+        elif first["median_ms"] > same["median_ms"] * (1 + max_regression):
+            notes.append(f"latency: median {first['median_ms']:.4g} ms against the baseline's {same['median_ms']:.4g} "
+                         "ms, but their 95% intervals do not say it is slower beyond the regression allowed")
+    if "peak_rss_mb" in baseline and measured["peak_rss_mb"] > baseline["peak_rss_mb"] * (1 + max_regression):
+        found.append(Overrun("peak memory", measured["peak_rss_mb"], baseline["peak_rss_mb"] * (1 + max_regression),
+                             baseline["peak_rss_mb"]))
+    return found, notes
+
+
+def _grew(profile: dict, before: dict, top: int = 3) -> tuple[tuple[str, float], ...]:
+    """The op types whose time per run grew most from `before` to `profile` ({op type: ms per run})."""
+    grown = sorted(((op, ms - before.get(op, 0.0)) for op, ms in profile.items()), key=lambda item: -item[1])
+    return tuple((op, ms) for op, ms in grown[:top] if ms > 0)

@@ -29,6 +29,10 @@ EXIT_CODES: dict[str, int] = {
     # The GELU guard could not read the source graph: no GELU is known changed, so outputs that
     # differ (exit 1) say more; alone it fails the run with exit 3 unless --no-gelu-guard.
     "gelu_guard": 3,
+    # Over a budget (--max-latency, --max-memory) or slower than the baseline beyond --max-regression,
+    # by the measurement's confidence intervals (verifiers.measurement): the artifact is right, and
+    # costs more than it may.
+    "budget": 5,
 }
 
 # Distributions whose versions a report records (read from metadata; nothing is imported).
@@ -143,7 +147,7 @@ def _dataclass(cls, data: dict[str, Any] | None):
     return cls(**{key: value for key, value in data.items() if key in names})
 
 
-EXIT_PRECEDENCE = tuple(dict.fromkeys(EXIT_CODES.values()))  # 130, 143, 2, 4, 3, 1: the first present wins
+EXIT_PRECEDENCE = tuple(dict.fromkeys(EXIT_CODES.values()))  # 130, 143, 2, 4, 3, 1, 5: the first present wins
 
 
 def _held(entries: list[dict[str, Any]]) -> list[str]:

@@ -13,7 +13,7 @@ from onnx import TensorProto, helper
 from exporter import api
 from fixtures.children import REPO
 from fixtures.models import float16_models
-from verifiers.measurement import MIN_RUNS, median_interval
+from verifiers.measurement import MIN_RUNS, median_interval, overruns
 from verifiers.runtimes import isolation
 
 MLP = f"{REPO / 'examples/mlp.py'}:build"  # input [8, 16] float32
@@ -105,3 +105,83 @@ def test_verify_measure_adds_the_measurement_and_keeps_the_verdict(shared_artifa
     assert report["measurement"]["larger_batch"] == "input input has no dynamic first axis"
     assert "measured in onnxruntime" in result.stderr
     assert api.verify(artifact, source=MLP).measurement == {}
+
+
+def _timed(median: float, low: float, high: float, batch: int = 1, variant: str = "default") -> dict:
+    return {"variant": variant, "batch": batch, "runs": 30, "median_ms": median, "p90_ms": high, "low_ms": low,
+            "high_ms": high, "min_ms": low, "max_ms": high, "items_per_second": batch / median * 1000}
+
+
+def _measured(*timings: dict, peak: float = 100.0, profile: dict | None = None) -> dict:
+    return {"runtime": "onnxruntime", "threads": 2, "cpus": 2, "load_seconds": 0.1, "rss_before_load_mb": 40.0,
+            "peak_rss_mb": peak, "load_average": (0.5, 0.5), "timings": list(timings), "larger_batch": None,
+            "profile": profile or {}}
+
+
+def test_a_budget_is_over_only_when_the_whole_interval_is():
+    found, notes = overruns(_measured(_timed(10.0, 9.0, 11.0)), 8.9, None, None, 0.1)
+    assert [(o.metric, o.measured, o.limit) for o in found] == [("latency", 10.0, 8.9)]
+    assert found[0].message == "latency 10 ms is over the budget of 8.9 ms (1.12x)"
+
+    found, notes = overruns(_measured(_timed(10.0, 9.0, 11.0)), 10.5, None, None, 0.1)
+    assert found == [] and notes and "around the budget of 10.5 ms" in notes[0]
+
+    found, _ = overruns(_measured(_timed(10.0, 9.0, 11.0), peak=120.0), None, 100.0, None, 0.1)
+    assert [(o.metric, o.measured, o.limit) for o in found] == [("peak memory", 120.0, 100.0)]
+
+
+def test_a_regression_is_decided_beyond_both_intervals_and_names_the_op_types_that_grew():
+    base = _measured(_timed(10.0, 9.5, 10.5), profile={"MatMul": 6.0, "Gelu": 1.0})
+    # 10% over the baseline's high end is 11.55 ms: an interval from 12 ms is beyond it
+    slower = _measured(_timed(13.0, 12.0, 14.0), profile={"MatMul": 8.5, "Gelu": 1.2, "Erf": 1.5})
+    [overrun], _ = overruns(slower, None, None, base, 0.1)
+    assert (overrun.metric, overrun.measured, overrun.baseline) == ("latency", 13.0, 10.0)
+    assert [op for op, _ in overrun.grew] == ["MatMul", "Erf", "Gelu"]
+    assert "1.30x" in overrun.message and "MatMul +2.5 ms" in overrun.message
+
+    # a median 20% slower whose interval reaches back to the allowed one: not decided, said
+    found, notes = overruns(_measured(_timed(12.0, 11.0, 13.0)), None, None, base, 0.1)
+    assert found == [] and "do not say it is slower" in notes[0]
+
+    # itself, and another machine's thread count said
+    found, notes = overruns(_measured(_timed(10.2, 9.7, 10.6)), None, None, {**base, "threads": 4}, 0.1)
+    assert found == [] and notes == ["baseline: measured with threads 4, this run with 2"]
+
+    found, _ = overruns(_measured(_timed(10.0, 9.5, 10.5), peak=115.0), None, None, base, 0.1)
+    assert [(o.metric, o.baseline) for o in found] == [("peak memory", 100.0)]
+
+
+def test_over_budget_is_exit_5_with_a_junit_case_per_budget(dynamic_onnx, tmp_path, cli):
+    """A batch takes more than a nanosecond and the worker holds more than 1 MB, wherever it runs."""
+    result = cli("measure", str(dynamic_onnx), "--measure-seconds", "0.05", "--max-latency", "0.000001",
+                 "--max-memory", "1", "--report", "r.json", "--junit", "r.xml")
+
+    assert result.returncode == 5, result.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert {(f["kind"], f["data"]["metric"]) for f in report["failures"]} == {("budget", "latency"),
+                                                                              ("budget", "peak memory")}
+    assert "[budget] latency" in result.stderr and "is over the budget of 1e-06 ms" in result.stderr
+    from junitparser import JUnitXml
+
+    [suite] = list(JUnitXml.fromfile(str(tmp_path / "r.xml")))
+    cases = {(case.classname, case.name): case for case in suite}
+    assert not cases[("measure", "latency")].is_passed and not cases[("measure", "peak memory")].is_passed
+
+
+def test_a_baseline_far_faster_is_a_regression_naming_the_op_types_that_grew(dynamic_onnx, tmp_path, cli):
+    assert cli("measure", str(dynamic_onnx), "--measure-seconds", "0.2", "--report", "base.json").returncode == 0
+    base = json.loads((tmp_path / "base.json").read_text())
+    assert set(base["measurement"]["profile"]) == {"MatMul", "Gelu"}  # onnxruntime's profiler, by op type
+
+    faster = json.loads(json.dumps(base))
+    for timing in faster["measurement"]["timings"]:
+        timing.update(median_ms=1e-6, low_ms=1e-6, high_ms=1e-6)
+    faster["measurement"]["profile"] = {}
+    (tmp_path / "faster.json").write_text(json.dumps(faster))
+    slower = cli("measure", str(dynamic_onnx), "--measure-seconds", "0.2", "--baseline", "faster.json", "--json")
+    assert slower.returncode == 5, slower.stderr
+    [finding] = json.loads(slower.stdout)["failures"]
+    assert finding["data"]["metric"] == "latency" and set(finding["data"]["grew"]) == {"MatMul", "Gelu"}
+
+    missing = cli("measure", str(dynamic_onnx), "--baseline", str(dynamic_onnx))
+    assert missing.returncode == 2 and "give the --report of a run with --measure" in missing.stderr

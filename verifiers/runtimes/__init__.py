@@ -92,6 +92,11 @@ class Runner:
     def run(self, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
         raise NotImplementedError
 
+    def profile(self, feed: dict[str, np.ndarray], runs: int) -> dict[str, float]:
+        """Milliseconds per run spent in each op type, by the runtime's own profiler, over `runs`
+        runs of `feed` in the way that ships; empty where the runtime has no profiler to read."""
+        return {}
+
     def run_all(self, feed: dict[str, np.ndarray]) -> dict[str, list[np.ndarray]]:
         """Outputs of every variant, by variant name."""
         return {self.variants[0]: self.run(feed)}

@@ -100,6 +100,35 @@ class OnnxRuntimeRunner(Runner):
             self.sessions["float16"] = session
             self.variants = ("default", "float16")
 
+    def profile(self, feed: dict[str, np.ndarray], runs: int) -> dict[str, float]:
+        """onnxruntime's profiler (SessionOptions.enable_profiling) on a session made as the default
+        one: each node's kernel time, summed by op type, per run (the first, warm-up run not counted)."""
+        import json
+        import tempfile
+
+        import onnxruntime as ort
+
+        if self.path.name == "<in-memory model>":
+            return {}
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = runtimes.run_threads
+        options.enable_profiling = True
+        with tempfile.TemporaryDirectory(prefix="exportgate-profile-") as folder:
+            options.profile_file_prefix = str(Path(folder) / "profile")
+            session = ort.InferenceSession(str(self.path), options, providers=["CPUExecutionProvider"])
+            named = {info.name: feed[info.name] for info in self.inputs}
+            for _ in range(runs + 1):
+                session.run(None, named)
+            events = json.loads(Path(session.end_profiling()).read_text())
+        runs_at = sorted(e["ts"] for e in events if e.get("cat") == "Session" and e.get("name") == "model_run")
+        counted = runs_at[1] if len(runs_at) > 1 else 0  # the warm-up run's events end before the second run starts
+        per_op: dict[str, float] = {}
+        for event in events:
+            if event.get("cat") == "Node" and event.get("name", "").endswith("_kernel_time") and event["ts"] >= counted:
+                op = event.get("args", {}).get("op_name", "?")
+                per_op[op] = per_op.get(op, 0.0) + event["dur"] / 1000 / runs
+        return per_op
+
     @classmethod
     def probe(cls, model: bytes, variant: str | None = None) -> OnnxRuntimeRunner:
         """A session without graph optimizations (so the probe's nodes run as the artifact wrote

@@ -40,6 +40,7 @@ _GELU_FAILED = ("changed", "removed", "added")
 _OUTPUT_STEPS = ("run_artifact", "compare")
 _GELU_STEPS = ("gelu_source", "gelu", "gelu_sensitivity")
 _TARGET_STEPS = ("target_check",)
+_MEASURE_STEPS = ("measure",)
 _SIZE_STEPS = ("sizes",)
 _DIVERGENCE_STEPS = ("localize",)
 
@@ -67,7 +68,7 @@ def testsuite(name: str, report: Report):
         suite.add_property(key, value)
     placed: set[int] = set()
     cases = [*_output_cases(report, placed), *_dynamic_cases(report, placed), *_divergence_cases(report),
-             *_gelu_cases(report, placed), *_target_cases(report, placed)]
+             *_gelu_cases(report, placed), *_target_cases(report, placed), *_budget_cases(report, placed)]
     suite.add_testcase(_run_case(report, [f for f in report.failures if id(f) not in placed]))
     for case in cases:
         suite.add_testcase(case)
@@ -88,7 +89,7 @@ def _case(classname: str, name: str, seconds: float, failures: list[Finding] = (
 
 
 def _run_case(report: Report, unclaimed: list[Finding]):
-    claimed_steps = (*_OUTPUT_STEPS, *_SIZE_STEPS, *_DIVERGENCE_STEPS, *_GELU_STEPS, *_TARGET_STEPS)
+    claimed_steps = (*_OUTPUT_STEPS, *_SIZE_STEPS, *_DIVERGENCE_STEPS, *_GELU_STEPS, *_TARGET_STEPS, *_MEASURE_STEPS)
     seconds = sum(t for step, t in report.timings.items() if step not in claimed_steps)
     case = _case("run", report.command, seconds, unclaimed)
     if report.notes:
@@ -131,6 +132,22 @@ def _about_axis(finding: Finding, entry: dict) -> bool:
     if "symbol" in about:
         return about["symbol"] == entry["symbol"]
     return (about["input"], about["axis"]) == (entry["input"], entry["axis"])
+
+
+def _budget_cases(report: Report, placed: set[int]):
+    """One `measure` case per budget the measurement was held to (verifiers.measurement.overruns):
+    latency and peak memory, each against its limit and against the baseline."""
+    budgets = report.measurement.get("budgets", {})
+    held = [(metric, False) for metric, name in (("latency", "max_latency"), ("peak memory", "max_memory"))
+            if budgets.get(name) is not None]
+    if budgets.get("baseline") is not None:
+        held += [("latency", True), ("peak memory", True)]
+    seconds = _share(report, _MEASURE_STEPS, len(held))
+    for metric, against in held:
+        found = [f for f in report.failures if f.kind == "budget" and f.data.get("metric") == metric
+                 and (f.data.get("baseline") is not None) == against]
+        placed.update(map(id, found))
+        yield _case("measure", f"{metric} against the baseline" if against else metric, seconds, found)
 
 
 def _divergence_cases(report: Report):
