@@ -185,3 +185,18 @@ def test_a_baseline_far_faster_is_a_regression_naming_the_op_types_that_grew(dyn
 
     missing = cli("measure", str(dynamic_onnx), "--baseline", str(dynamic_onnx))
     assert missing.returncode == 2 and "give the --report of a run with --measure" in missing.stderr
+
+
+def test_the_jobs_summary_tables_each_jobs_latency_and_peak_memory(tmp_path):
+    """`merge` and `run` write their Markdown summary from the job reports read back from JSON."""
+    from verifiers.report import Report
+    from verifiers.writers.markdown_summary import write_jobs
+
+    measured = Report(command="verify", measurement=_measured(_timed(12.34, 11.9, 12.8, batch=4), peak=812.4))
+    read_back = Report.from_dict(json.loads(json.dumps(measured.to_dict())))
+    write_jobs([("bert/onnx", read_back), ("mlp/onnx", Report(command="verify"))], tmp_path / "s.md")
+
+    rows = [line for line in (tmp_path / "s.md").read_text().splitlines() if line.startswith("| ")]
+    assert rows[0].endswith("| latency | peak memory |")
+    assert rows[1].endswith("| 12.3 ms [11.9, 12.8], batch 4 | 812 MB |")
+    assert rows[2].endswith("|  |  |")

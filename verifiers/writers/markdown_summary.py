@@ -1,5 +1,5 @@
-"""The Markdown summary: the verdict, a table of the jobs and every failure, short enough for a CI
-job page (GitHub Actions shows it from $GITHUB_STEP_SUMMARY, which the CLI appends it to)."""
+"""The Markdown summary: the verdict, a table of the jobs (with their measured latency and peak
+memory, where they were measured) and every failure, short enough for a CI job page (GitHub Actions shows it from $GITHUB_STEP_SUMMARY, which the CLI appends it to)."""
 
 from __future__ import annotations
 
@@ -26,8 +26,9 @@ def render(jobs: list[tuple[str, Report]]) -> str:
     verdict = "FAIL" if failed else "PASS"
     lines = [f"### exportgate: {verdict}", "",
              f"{len(jobs) - len(failed)} of {len(jobs)} job(s) pass.", "",
-             "| job | verdict | exit | format | opset | GELU sites | dynamic axes | max abs err | int8 SQNR |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| job | verdict | exit | format | opset | GELU sites | dynamic axes | max abs err | int8 SQNR | latency "
+             "| peak memory |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, report in jobs:
         changed = sum(g["status"] in ("changed", "removed", "added") for g in report.gelu)
         unresolved = sum(g["status"] == "indistinguishable" for g in report.gelu)
@@ -37,7 +38,8 @@ def render(jobs: list[tuple[str, Report]]) -> str:
         worst = max((o.max_abs_err or 0.0 for o in report.outputs), default=None)
         lines.append(f"| {_cell(name)} | {'✅ pass' if report.exit_code == 0 else '❌ fail'} | {report.exit_code} "
                      f"| {report.format or ''} | {report.actual_opset or ''} | {gelu} | {_cell(_dynamic(report))} "
-                     f"| {'' if worst is None else f'{worst:.3g}'} | {_sqnr(report)} |")
+                     f"| {'' if worst is None else f'{worst:.3g}'} | {_sqnr(report)} | {_latency(report)} "
+                     f"| {_peak(report)} |")
     for name, report in failed:
         lines += ["", f"**{_cell(name)}**", ""]
         lines += [f"- `{finding.kind}`: {_cell(finding.message)}" for finding in report.failures]
@@ -53,6 +55,18 @@ def _sqnr(report: Report) -> str:
         return ""
     sqnr = [o.sqnr_db for o in judged if o.sqnr_db is not None]
     return f"{min(sqnr):.1f} dB" if sqnr else "identical"
+
+
+def _latency(report: Report) -> str:
+    """The measured median latency of the way that ships, its 95% interval and batch (--measure)."""
+    if not report.measurement:
+        return ""
+    first = report.measurement["timings"][0]
+    return f"{first['median_ms']:.3g} ms [{first['low_ms']:.3g}, {first['high_ms']:.3g}], batch {first['batch']}"
+
+
+def _peak(report: Report) -> str:
+    return f"{report.measurement['peak_rss_mb']:.0f} MB" if report.measurement else ""
 
 
 def _dynamic(report: Report) -> str:
