@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from exporter.artifact_record import hash_in_background, record_artifact, report_artifact
-from exporter.checks.measurement import measure
+from exporter.checks.measurement import measure, read_baseline
 from exporter.sources import parse_input_spec, random_array, specs_of_tensors
 from verifiers.errors import BadInput
 from verifiers.formats import Artifact, open_artifact
@@ -31,7 +31,13 @@ class Measuring:
     path: Path
     artifact: Artifact | None = None
     feed: dict[str, np.ndarray] = field(default_factory=dict)
+    baseline: dict | None = None  # --baseline's measurement
     cleanups: contextlib.ExitStack | None = None
+
+
+def _check_options(run: Measuring) -> None:
+    check_reports(run.reports)
+    run.baseline = read_baseline(run.options["baseline"])
 
 
 def _artifact_facts(run: Measuring) -> None:
@@ -59,9 +65,9 @@ def _seeded_batch(run: Measuring) -> None:
 
 
 MEASURE_STEPS = (
-    Step("options", lambda run: check_reports(run.reports)),
+    Step("options", _check_options),
     Step("artifact_facts", _artifact_facts),
     Step("inputs", _seeded_batch),
     Step("measure", lambda run: measure(run.report, runtime_for(run.artifact.format.name, run.options["runtime"]),
-                                        run.path, run.feed, run.options, run.progress)),
+                                        run.path, run.feed, run.options, run.baseline, run.progress)),
 )

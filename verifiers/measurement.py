@@ -190,7 +190,6 @@ def _batch(feed: dict[str, np.ndarray]) -> int | None:
     return sizes.pop() if len(sizes) == 1 else None
 
 
-
 @dataclass(frozen=True)
 class Overrun:
     """A budget the measurement exceeds, or a regression against the baseline: the metric, the

@@ -5,6 +5,7 @@ runtime alone). `exportgate measure` measures an artifact with no source (export
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,14 +28,18 @@ def wants_measurement(options: dict[str, Any]) -> bool:
 BUDGETS = ("max_latency", "max_memory", "baseline")
 
 
+@dataclass
+class Measured:
+    baseline: dict | None = None  # --baseline's measurement, read before anything runs
+
+
 def measure(report: Report, runner_class: type[Runner], path: Path, feed: dict[str, np.ndarray],
-            options: dict[str, Any], progress: Progress) -> None:
+            options: dict[str, Any], baseline: dict | None, progress: Progress) -> None:
     """report.measurement of the artifact at `path` run by `runner_class` on `feed` (by its input
     names), at most --measure-seconds of timed runs per way of running and batch size, held to the
-    budgets and the baseline the options give (exit 5 over them)."""
+    budgets the options give and to `baseline` (read_baseline's; exit 5 over them)."""
     from verifiers.measurement import measure_artifact, overruns
 
-    baseline = _baseline(options["baseline"])
     seconds = options["measure_seconds"]
     progress(f"measuring the artifact in {runner_class.runtime} (up to {seconds:g} s per way of running and batch)")
     measured = isolation.call(measure_artifact, runner_class, path, feed, seconds, runtime=runner_class.runtime,
@@ -52,8 +57,8 @@ def measure(report: Report, runner_class: type[Runner], path: Path, feed: dict[s
                                                      "grew": dict(overrun.grew)})
 
 
-def _baseline(path: Path | None) -> dict | None:
-    """The measurement of the report at `path` (--baseline)."""
+def read_baseline(path: Path | None) -> dict | None:
+    """The measurement of the report at `path` (--baseline); bad input when it holds none."""
     if path is None:
         return None
     try:
@@ -67,14 +72,30 @@ def _baseline(path: Path | None) -> dict | None:
     return measured
 
 
+def _read_baseline(run: Verification) -> None:
+    run.of(Measured).baseline = read_baseline(run.options["baseline"])
+
+
+def _not_measured(run: Verification) -> None:
+    if run.active:  # by signatures
+        why = "an LLM of prefill and decode signatures is verified by generating, and not measured yet"
+    else:
+        why = ("an artifact is measured once verified, and " + ("--no-verify skips it" if not run.verifying
+                                                                else "this one did not load"))
+    run.report.notes.append(f"not measured: {why}")
+
+
 def _measure(run: Verification) -> None:
     runner_class = runtime_for(run.artifact.format.name, run.options.get("runtime"))
     measure(run.report, runner_class, run.artifact.path, artifact_feed(run.runner, run.feeds[0]), run.options,
-            run.progress)
+            run.of(Measured).baseline, run.progress)
 
 
 CHECK = Check(
     "measurement",
+    on_source=(Step("baseline", _read_baseline, when=lambda run: run.options["baseline"] is not None),),
     on_artifact=(Step("measure", runs_the_artifact(_measure),
-                      when=lambda run: run.active and wants_measurement(run.options) and not run.by_signatures),),
+                      when=lambda run: run.active and wants_measurement(run.options) and not run.by_signatures),
+                 Step("not_measured", _not_measured,
+                      when=lambda run: wants_measurement(run.options) and (not run.active or run.by_signatures))),
 )

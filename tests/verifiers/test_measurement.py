@@ -200,3 +200,10 @@ def test_the_jobs_summary_tables_each_jobs_latency_and_peak_memory(tmp_path):
     assert rows[0].endswith("| latency | peak memory |")
     assert rows[1].endswith("| 12.3 ms [11.9, 12.8], batch 4 | 812 MB |")
     assert rows[2].endswith("|  |  |")
+
+
+def test_a_measurement_asked_of_an_export_that_is_not_verified_is_said_not_made(tmp_path):
+    report = api.export(MLP, to="onnx", opset=17, out=tmp_path / "mlp.onnx", verify=False, max_latency=5.0)
+
+    assert report.exit_code == 0 and report.measurement == {}
+    assert "not measured: an artifact is measured once verified, and --no-verify skips it" in report.notes
