@@ -207,3 +207,15 @@ def test_a_measurement_asked_of_an_export_that_is_not_verified_is_said_not_made(
 
     assert report.exit_code == 0 and report.measurement == {}
     assert "not measured: an artifact is measured once verified, and --no-verify skips it" in report.notes
+
+
+def test_the_html_report_shows_the_cost_with_the_time_by_op_type(tmp_path):
+    from verifiers.report import Report
+    from verifiers.writers.html_report import write
+
+    write(Report(command="measure", measurement=_measured(_timed(12.34, 11.9, 12.8, batch=4), peak=812.4,
+                                                          profile={"Gemm": 9.0, "Gelu": 1.0})), tmp_path / "r.html")
+
+    page = (tmp_path / "r.html").read_text()
+    assert "<h3>Cost</h3>" in page and "812 MB" in page and "[11.9, 12.8]" in page
+    assert "<td>Gemm</td><td>9</td><td>90%</td>" in page

@@ -135,6 +135,8 @@ class _Page:
             parts.append(self._quantization(report))
         if report.gelu or report.gelu_guard != "not run":
             parts.append(self._gelu(report))
+        if report.measurement:
+            parts.append(self._measurement(report.measurement))
         if report.target:
             parts.append(f"<h3>Target {_e(report.target)}</h3>" + (
                 "<ul>" + "".join(f"<li><b>{_e(c['kind'])}</b>: {_e(c['message'])}</li>" for c in report.target_checks)
@@ -216,6 +218,28 @@ class _Page:
         if report.dynamic_hints:
             parts.append("<p>Hints (the verdict comes from the runs):</p><ul>" + "".join(
                 f"<li>{_e(h['message'])}</li>" for h in report.dynamic_hints) + "</ul>")
+        return "".join(parts)
+
+    @staticmethod
+    def _measurement(measured: dict) -> str:
+        """Latency by way of running and batch with its interval, memory, and the time by op type."""
+        threads = measured["threads"] or f"the runtime's own ({measured['cpus']} CPUs)"
+        facts = [("runtime", measured["runtime"]), ("threads", threads), ("load", f"{measured['load_seconds']:.3f} s"),
+                 ("peak memory", f"{measured['peak_rss_mb']:.0f} MB ({measured['rss_before_load_mb']:.0f} MB before "
+                                 "the load)"),
+                 ("machine load", "{:.1f} then {:.1f}".format(*measured["load_average"])),
+                 ("budgets", ", ".join(f"{k} {v}" for k, v in measured.get("budgets", {}).items()) or None)]
+        rows = [[_e(t["variant"]), _e(t["batch"]), _e(f"{t['median_ms']:.4g}"),
+                 _e(f"[{t['low_ms']:.4g}, {t['high_ms']:.4g}]"), _e(f"{t['p90_ms']:.4g}"), _e(t["runs"]),
+                 _e("" if t["items_per_second"] is None else f"{t['items_per_second']:.4g}")]
+                for t in measured["timings"]]
+        parts = ["<h3>Cost</h3>", _table([], [[_e(k), f"<code>{_e(v)}</code>"] for k, v in facts if v is not None]),
+                 _table(["run", "batch", "median ms", "95% interval", "p90 ms", "runs", "items/s"], rows)]
+        if measured.get("profile"):
+            total = sum(measured["profile"].values())
+            parts.append("<p>Time by op type (the runtime's profiler), per run:</p>" + _table(
+                ["op type", "ms", "share"], [[_e(op), _e(f"{ms:.4g}"), _e(f"{ms / total:.0%}")]
+                                             for op, ms in list(measured["profile"].items())[:15]]))
         return "".join(parts)
 
     @staticmethod
