@@ -101,3 +101,47 @@ def save_big_llama_folder(path):
     model = tr.LlamaForCausalLM(config).eval()
     model.save_pretrained(path)
     return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+GATE_BATCH = 64
+
+
+def _gate_mlp(hidden: int, gelu_repeats: int = 1):
+    """Linear 128 -> `hidden`, exact GELU, Linear -> 128, on [64, 128]; the GELU written as its
+    elementwise formula `gelu_repeats` times and averaged when more than one (the same values,
+    that many times the elementwise work)."""
+    import math
+
+    import torch
+
+    class GateMlp(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.fc2 = torch.nn.Linear(128, hidden), torch.nn.Linear(hidden, 128)
+
+        def forward(self, x):
+            h = self.fc1(x)
+            if gelu_repeats == 1:
+                h = torch.nn.functional.gelu(h)
+            else:
+                h = sum(0.5 * (h + 0.01 * k) * (1 + torch.erf((h + 0.01 * k) / math.sqrt(2)))
+                        for k in range(gelu_repeats)) / gelu_repeats
+            return self.fc2(h)
+
+    torch.manual_seed(0)
+    return GateMlp().eval(), (torch.randn(GATE_BATCH, 128),)
+
+
+def gate_mlp():
+    """The release gate's baseline model (bench/measure_gate.py): hidden 512."""
+    return _gate_mlp(512)
+
+
+def gate_mlp_wide():
+    """The same MLP with its hidden layer 4 times wider: a deliberate slow-down."""
+    return _gate_mlp(2048)
+
+
+def gate_mlp_gelu_x8():
+    """The same MLP with its GELU written out as erf, Mul and Add 8 times: a deliberate slow-down."""
+    return _gate_mlp(512, gelu_repeats=8)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from verifiers.errors import BadInput, ExportgateError
 from verifiers.registry import LazyRegistry
@@ -91,6 +91,11 @@ class Runner:
 
     def run(self, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
         raise NotImplementedError
+
+    def timed_call(self, variant: str, feed: dict[str, np.ndarray]) -> Callable[[], object]:
+        """A call that runs `variant` on `feed` with as little of exportgate around the runtime's own
+        call as it can (verifiers.measurement times it)."""
+        return lambda: self.run_each({variant: feed})
 
     def profile(self, feed: dict[str, np.ndarray], runs: int) -> dict[str, float]:
         """Milliseconds per run spent in each op type, by the runtime's own profiler, over `runs`
