@@ -225,7 +225,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("max_memory", "--max-memory", float, "The most MB the runtime's worker may hold at its peak (the artifact "
            "loaded and run): over it is exit 5. Measures.", (*_RUNNING, "measure"), metavar="MB", minimum=0.0,
            job=True),
-    Option("baseline", "--baseline", Path, "A previous report with a measurement (--report of a run with --measure, "
+    Option("baseline", "--baseline", str, "A previous report with a measurement (--report of a run with --measure, "
            "or of `exportgate measure`): slower or bigger than it beyond --max-regression is exit 5. Measures.",
            (*_RUNNING, "measure"), metavar="REPORT.json", job=True, expects="a path", reads=True),
     Option("max_regression", "--max-regression", float, "Percent the latency (beyond both 95% intervals) and the "

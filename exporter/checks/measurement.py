@@ -45,8 +45,7 @@ def measure(report: Report, runner_class: type[Runner], path: Path, feed: dict[s
     measured = isolation.call(measure_artifact, runner_class, path, feed, seconds, runtime=runner_class.runtime,
                               step="measuring the artifact")
     report.measurement = measured.to_dict()
-    report.measurement["budgets"] = {name: str(value) if isinstance(value, Path) else value
-                                     for name, value in options.items()
+    report.measurement["budgets"] = {name: value for name, value in options.items()
                                      if name in (*BUDGETS, "max_regression") and value is not None}
     found, notes = overruns(report.measurement, options["max_latency"], options["max_memory"], baseline,
                             options["max_regression"] / 100)
@@ -57,7 +56,7 @@ def measure(report: Report, runner_class: type[Runner], path: Path, feed: dict[s
                                                      "grew": dict(overrun.grew)})
 
 
-def read_baseline(path: Path | None) -> dict | None:
+def read_baseline(path: str | None) -> dict | None:
     """The measurement of the report at `path` (--baseline); bad input when it holds none."""
     if path is None:
         return None
