@@ -21,6 +21,10 @@ from fixtures.inject_faults import inject_onnx
 from fixtures.models.hf_folders import save_folder
 from tests.conftest import run_cli
 
+# A folder exported by litert-torch (PyTorch's TFLite route, the slowest) is the slow suite's, as in
+# tests/cli/test_contract.py; tests/exporter/routes/test_torch_tflite.py keeps the route in the default one.
+litert_torch_export = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
@@ -136,6 +140,7 @@ def test_a_source_site_off_its_config_is_reported(folders, cli, tmp_path):
         in result.stdout + result.stderr
 
 
+@litert_torch_export
 def test_a_decoder_exports_without_its_cache_and_a_vision_model_to_tflite_at_fixed_sizes(folders, cli, tmp_path):
     llama = cli("export", folders["llama-causal-lm"], "--task", "text-generation", "--to", "onnx", "--opset", "17",
                 "--out", tmp_path / "llama.onnx", "--report", tmp_path / "llama.json")
@@ -357,6 +362,7 @@ def phi_llm(tmp_path_factory):
     return folder, out, json.loads((root / "report.json").read_text()), result
 
 
+@litert_torch_export
 def test_a_decoder_with_past_exports_to_a_tflite_llm_that_generates_as_transformers(phi_llm, cli):
     from verifiers.tflite_model import load_tflite
 
@@ -377,6 +383,7 @@ def test_a_decoder_with_past_exports_to_a_tflite_llm_that_generates_as_transform
     assert "signatures: prefill_32, decode (inputs and outputs of prefill_32)" in inspected.stdout
 
 
+@litert_torch_export
 def test_a_tflite_llm_with_its_cache_layers_swapped_fails_naming_the_decode_step(phi_llm, cli, tmp_path):
     folder, out, _, _ = phi_llm
     broken = tmp_path / "broken.tflite"
@@ -400,6 +407,7 @@ def test_a_decoder_without_a_tokenizer_cannot_go_to_a_tflite_llm(folders, cli, t
     assert not out.parent.exists() or not any(out.parent.iterdir())
 
 
+@litert_torch_export
 def test_a_float16_tflite_export_says_only_its_own_lines(folders, tmp_path):
     """ai-edge-quantizer draws tqdm bars for a model of 100 ops and more; they stay off stderr
     without --verbose, and a float-weight artifact's report lists no float ops (all of them are).
