@@ -29,7 +29,7 @@ with tempfile.TemporaryDirectory() as tmp:
              "m for m in ('torch', 'tensorflow') if m in sys.modules))))\n")
     for command in (["inspect", str(model), "--json"], ["check", str(model), "--target", "ort-1.32"]):
         seen = Path(tmp) / "imported.txt"
-        subprocess.run([sys.executable, "-c", probe + "from exporter.cli import main; main()", *command, str(seen)],
+        subprocess.run([sys.executable, "-c", probe + "from exporter.cli import console_main; console_main()", *command, str(seen)],
                        capture_output=True, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
         print(f"torch/tensorflow imported by {command[0]}: {seen.read_text()}")
     for label, command in (("inspect --json", [*EXPORTGATE, "inspect", str(model), "--json"]),

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-EXPORTGATE = [sys.executable, "-c", "from exporter.cli import main; main()"]
+EXPORTGATE = [sys.executable, "-c", "from exporter.cli import console_main; console_main()"]
 
 
 @dataclass

@@ -273,6 +273,31 @@ def test_help_does_not_import_torch_or_tensorflow(cli):
     assert result.stderr.strip().endswith("[]")
 
 
+def test_the_process_ends_once_its_exit_handlers_ran_and_its_output_is_out(tmp_path):
+    """The `exportgate` process skips the interpreter's teardown, but not what a program relies on at
+    exit: its code, every byte it printed, threads that are not daemons finished, exit handlers run."""
+    from fixtures.children import run_cli
+
+    prelude = (
+        "import atexit, pathlib, threading, time\n"
+        "atexit.register(pathlib.Path('handler').write_text, 'ran')\n"
+        "threading.Thread(target=lambda: (time.sleep(0.2), pathlib.Path('thread').write_text('done'))).start()\n"
+        "class Kept:\n"
+        "    def __del__(self):\n"
+        "        pathlib.Path('teardown').write_text('ran')\n"
+        "kept = Kept()\n")
+    listed = run_cli("targets", "--json", cwd=tmp_path, prelude=prelude)
+    assert listed.returncode == 0, listed.stderr
+    assert {target["name"] for target in json.loads(listed.stdout)} >= {"ort-1.16", "tflite-2.7"}
+    assert (tmp_path / "handler").read_text() == "ran" and (tmp_path / "thread").read_text() == "done"
+    assert not (tmp_path / "teardown").exists()  # the module's objects were not torn down one by one
+    for made in ("handler", "thread"):
+        (tmp_path / made).unlink()
+    missing = run_cli("inspect", "missing.onnx", cwd=tmp_path, prelude=prelude)
+    assert missing.returncode == 2 and missing.stderr.strip().splitlines()[-1].startswith("exportgate: error: ")
+    assert (tmp_path / "handler").is_file() and (tmp_path / "thread").is_file()
+
+
 def test_version(cli):
     from importlib import metadata
 

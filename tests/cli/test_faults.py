@@ -21,7 +21,7 @@ def _start(tmp_path, *args, stall=None):
     (held_mlp, mlp_held_once_staged) says it stalled in, and waits in for a file `release`."""
     # Ctrl-C reaches exportgate as it does from a terminal, even when this suite runs where SIGINT
     # is ignored (a background job of a shell without job control), which a child inherits.
-    code = "import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)\nfrom exporter.cli import main\nmain()"
+    code = "import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)\nfrom exporter.cli import console_main\nconsole_main()"
     env = {}
     if stall is not None:
         stall.mkdir(exist_ok=True)

@@ -27,7 +27,7 @@ def test_a_log_gets_one_timestamped_line_per_step_and_quiet_gets_none(cli):
 def test_a_terminal_gets_the_step_and_a_bar_of_the_gelu_probes(tmp_path):
     controller, terminal = pty.openpty()
     process = start_child(
-        [sys.executable, "-c", "from exporter.cli import main; main()", "export", torch_model("mlp_exact"), "--to",
+        [sys.executable, "-c", "from exporter.cli import console_main; console_main()", "export", torch_model("mlp_exact"), "--to",
          "onnx", "--opset", "17", "--out", "m.onnx"], stdin=terminal, stdout=terminal, stderr=terminal, cwd=tmp_path,
         env={"TERM": "xterm-256color", "COLUMNS": "140"})
     os.close(terminal)

@@ -22,7 +22,7 @@ EXPORTER_READS = 3
 
 def test_an_onnx_export_reads_its_artifact_once_per_use_and_never_once_published(tmp_path):
     trace = tmp_path / "trace.txt"
-    code = "from exporter.cli import main; main()"
+    code = "from exporter.cli import console_main; console_main()"
     if shutil.which("strace") is None:
         tool_missing("strace counts the file opens (Debian's strace; .ci/run installs it)")
     result = run_child(
