@@ -1,14 +1,15 @@
 """The regression gate (`exportgate measure --baseline`), on this machine as it is: no false alarm,
 and a deliberate slow-down caught with the op types that grew.
 
-    python bench/measure_gate.py [--repeats 10] [--threads 2]
+    python bench/measure_gate.py [--repeats 10] [--threads 2] [--against report|artifact]
 
 An MLP (bench/models.py: gate_mlp, [64, 128] -> 512 -> 128, exact GELU) is exported to ONNX and
 measured once into a baseline report; then measured `--repeats` times against that baseline at
 the default --max-regression 10% (each an exit 0 expected: a false alarm is exit 5); then two
 slow-downs of it are measured against the same baseline, each expected as exit 5: its hidden
 layer 4 times wider (gate_mlp_wide), and its GELU written out as erf, Mul and Add 8 times
-(gate_mlp_gelu_x8).
+(gate_mlp_gelu_x8). `--against artifact` gives the baseline as the artifact itself
+(--baseline-artifact, measured in turn in the same run) instead of its report.
 """
 
 import argparse
@@ -23,6 +24,7 @@ from side_by_side import EXPORTGATE, REPO, run_once
 parser = argparse.ArgumentParser()
 parser.add_argument("--repeats", type=int, default=10)
 parser.add_argument("--threads", type=int, default=2)
+parser.add_argument("--against", choices=("report", "artifact"), default="report")
 args = parser.parse_args()
 models = str(REPO / "bench" / "models.py")
 
@@ -50,12 +52,14 @@ with tempfile.TemporaryDirectory() as tmp:
                   "torchscript", "--out", str(folder / f"{name}.onnx"), "--no-verify"], folder)
     base = measure(folder / "gate_mlp.onnx", "--report", str(folder / "base.json"))
     print(line("baseline", base))
+    against = (("--baseline", str(folder / "base.json")) if args.against == "report"
+               else ("--baseline-artifact", str(folder / "gate_mlp.onnx")))
     alarms = 0
     for k in range(args.repeats):
-        again = measure(folder / "gate_mlp.onnx", "--baseline", str(folder / "base.json"))
+        again = measure(folder / "gate_mlp.onnx", *against)
         alarms += again["exit_code"] == 5
         print(line(f"the same, run {k + 1}", again))
     print(f"false alarms: {alarms} of {args.repeats}")
     for name in ("gate_mlp_wide", "gate_mlp_gelu_x8"):
-        slower = measure(folder / f"{name}.onnx", "--baseline", str(folder / "base.json"))
+        slower = measure(folder / f"{name}.onnx", *against)
         print(line(name, slower), "" if slower["exit_code"] == 5 else "  NOT CAUGHT")

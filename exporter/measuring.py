@@ -1,10 +1,12 @@
 """`exportgate measure`: what an artifact (from any tool) costs in its runtime, with no source
 model. The batch measured is seeded random values at the artifact's input shapes, a dynamic axis at
-the size verify gives it unless --input sets the shape."""
+the size verify gives it unless --input sets the shape. --gelu-forms measures the artifact's GELUs
+written in their other forms too (exporter.gelu_forms), in turn with it."""
 
 from __future__ import annotations
 
 import contextlib
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,6 +15,7 @@ import numpy as np
 
 from exporter.artifact_record import hash_in_background, record_artifact, report_artifact
 from exporter.checks.measurement import measure, read_baseline
+from exporter.gelu_forms import GeluForm, gelu_forms
 from exporter.sources import parse_input_spec, random_array, specs_of_tensors
 from verifiers.errors import BadInput
 from verifiers.formats import Artifact, open_artifact
@@ -32,12 +35,13 @@ class Measuring:
     artifact: Artifact | None = None
     feed: dict[str, np.ndarray] = field(default_factory=dict)
     baseline: dict | None = None  # --baseline's measurement
+    forms: list[GeluForm] = field(default_factory=list)  # --gelu-forms: the artifact in its other GELU forms
     cleanups: contextlib.ExitStack | None = None
 
 
 def _check_options(run: Measuring) -> None:
     check_reports(run.reports)
-    run.baseline = read_baseline(run.options["baseline"])
+    run.baseline = read_baseline(run.options)
 
 
 def _artifact_facts(run: Measuring) -> None:
@@ -64,10 +68,20 @@ def _seeded_batch(run: Measuring) -> None:
     run.report.runtime = runner.runtime
 
 
+def _gelu_forms(run: Measuring) -> None:
+    """The artifact written in each other GELU form it can take, in a folder of its own (removed
+    at the end), for the measurement to take in turn with it."""
+    folder = Path(run.cleanups.enter_context(tempfile.TemporaryDirectory(prefix="exportgate-gelu-forms-")))
+    run.forms, notes = gelu_forms(run.path, run.artifact.format.name, folder)
+    run.report.notes.extend(notes)
+
+
 MEASURE_STEPS = (
     Step("options", _check_options),
     Step("artifact_facts", _artifact_facts),
     Step("inputs", _seeded_batch),
+    Step("gelu_forms", _gelu_forms, lambda run: "writing the artifact's GELUs in their other forms",
+         when=lambda run: run.options["gelu_forms"]),
     Step("measure", lambda run: measure(run.report, runtime_for(run.artifact.format.name, run.options["runtime"]),
-                                        run.path, run.feed, run.options, run.baseline, run.progress)),
+                                        run.path, run.feed, run.options, run.baseline, run.progress, run.forms)),
 )

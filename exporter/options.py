@@ -228,9 +228,16 @@ OPTIONS: tuple[Option, ...] = (
     Option("baseline", "--baseline", str, "A previous report with a measurement (--report of a run with --measure, "
            "or of `exportgate measure`): slower or bigger than it beyond --max-regression is exit 5. Measures.",
            (*_RUNNING, "measure"), metavar="REPORT.json", job=True, expects="a path", reads=True),
+    Option("gelu_forms", "--gelu-forms", bool, "Measure the artifact's GELUs written in each other form it can take "
+           "too (ONNX: Gelu ops or primitives, and ReLU as a yardstick; TFLite: primitives for the builtin), in turn "
+           "with it: what --gelu would cost on this runtime.", ("measure",), default=False),
+    Option("baseline_artifact", "--baseline-artifact", str, "The previous release's artifact, measured in this run "
+           "in rounds taken in turn with this one (so both see the same machine): slower or bigger than it beyond "
+           "--max-regression is exit 5. Measures.", (*_RUNNING, "measure"), metavar="PATH", job=True,
+           expects="a path", reads=True),
     Option("max_regression", "--max-regression", float, "Percent the latency (beyond both 95% intervals) and the "
-           "peak memory may grow over --baseline's. Default 10.", (*_RUNNING, "measure"), default=10.0,
-           metavar="PERCENT", minimum=0.0, job=True),
+           "peak memory may grow over --baseline's or --baseline-artifact's. Default 10.", (*_RUNNING, "measure"),
+           default=10.0, metavar="PERCENT", minimum=0.0, job=True),
     # ---- the runtime worker -----------------------------------------------------------------------
     Option("timeout", "--timeout", float, "Seconds a runtime may take for one step on the artifact (a load, a batch, "
            "the GELU probes) before the run fails with exit 4. Default 900.", _IN_A_WORKER,

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from verifiers.errors import BadInput
 from verifiers.quiet import native_output_captured
 
 LARGER_BATCH = 4  # the larger batch, as a multiple of the one given
@@ -50,13 +51,22 @@ class Timing:
     high_ms: float
     min_ms: float
     max_ms: float
+    samples_ms: tuple[float, ...] = field(default=(), repr=False)  # each run's time (not in the report)
+
+    @classmethod
+    def of(cls, variant: str, batch: int | None, samples_ms: list[float]) -> Timing:
+        """The statistics of `samples_ms`, one timed run each."""
+        ms = np.array(samples_ms)
+        low, high = median_interval(list(ms))
+        return cls(variant, batch, len(ms), float(np.median(ms)), float(np.percentile(ms, 90)), low, high,
+                   float(ms.min()), float(ms.max()), tuple(float(t) for t in ms))
 
     @property
     def items_per_second(self) -> float | None:
         return None if self.batch is None else self.batch / (self.median_ms / 1000)
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "items_per_second": self.items_per_second}
+        return {**{k: v for k, v in asdict(self).items() if k != "samples_ms"}, "items_per_second": self.items_per_second}
 
 
 @dataclass
@@ -79,6 +89,27 @@ class Measurement:
                 "timings": [t.to_dict() for t in self.timings]}
 
 
+def pooled(rounds: list[Measurement]) -> Measurement:
+    """One measurement of an artifact from several rounds of it (alternating with another's, so
+    both see the same machine): each way of running and batch from all their runs, the load time
+    and the memory before it their medians, the peak memory the highest, the profile the mean, the
+    machine's load before the first round and after the last."""
+    first = rounds[0]
+    samples: dict[tuple[str, int | None], list[float]] = {}
+    for each in rounds:
+        for timing in each.timings:
+            samples.setdefault((timing.variant, timing.batch), []).extend(timing.samples_ms)
+    ops = {op for each in rounds for op in each.profile}
+    profile = {op: sum(each.profile.get(op, 0.0) for each in rounds) / len(rounds) for op in ops}
+    return Measurement(first.runtime, first.threads, first.cpus,
+                       float(np.median([each.load_seconds for each in rounds])),
+                       float(np.median([each.rss_before_load_mb for each in rounds])),
+                       max(each.peak_rss_mb for each in rounds),
+                       (first.load_average[0], rounds[-1].load_average[1]),
+                       [Timing.of(variant, batch, times) for (variant, batch), times in samples.items()],
+                       first.larger_batch, dict(sorted(profile.items(), key=lambda item: -item[1])))
+
+
 def summary_lines(measured: dict) -> list[str]:
     """The report's lines for a measurement (Measurement.to_dict)."""
     threads = (f"{measured['threads']} thread(s)" if measured["threads"]
@@ -87,11 +118,19 @@ def summary_lines(measured: dict) -> list[str]:
     lines = [f"  measured in {measured['runtime']} ({threads}): load {measured['load_seconds']:.2f} s, peak memory "
              f"{measured['peak_rss_mb']:.0f} MB ({measured['rss_before_load_mb']:.0f} MB before the load), machine "
              f"load {before:.1f} then {after:.1f}"]
-    for t in measured["timings"]:
-        rate = f", {t['items_per_second']:.3g} items/s" if t["items_per_second"] is not None else ""
-        batch = t["batch"] if t["batch"] is not None else "-"
-        lines.append(f"    {t['variant']}, batch {batch}: median {t['median_ms']:.3g} ms [{t['low_ms']:.3g}, "
-                     f"{t['high_ms']:.3g}] (95%), p90 {t['p90_ms']:.3g} ms, {t['runs']} runs{rate}")
+    lines += [f"    {_timing_line(t)}" for t in measured["timings"]]
+    against = measured.get("baseline_artifact")
+    if against:
+        lines.append(f"    baseline artifact {against['path']}, measured in turn with it: peak memory "
+                     f"{against['peak_rss_mb']:.0f} MB")
+        lines += [f"      {_timing_line(t)}" for t in against["timings"]]
+    for row in gelu_form_rows(measured):
+        if row["form"] == AS_GIVEN:
+            lines.append(f"    GELU forms, measured in turn ({row['variant']}, batch {row['batch']}): as given "
+                         f"{row['median_ms']:.3g} ms, peak memory {row['peak_rss_mb']:.0f} MB")
+        else:
+            lines.append(f"      {row['form']}: median {row['median_ms']:.3g} ms [{row['low_ms']:.3g}, "
+                         f"{row['high_ms']:.3g}] ({row['ratio']:.2f}x), peak memory {row['peak_rss_mb']:.0f} MB")
     if measured["larger_batch"]:
         lines.append(f"    no larger batch: {measured['larger_batch']}")
     if measured.get("profile"):
@@ -100,6 +139,33 @@ def summary_lines(measured: dict) -> list[str]:
         lines.append("    time by op type (the runtime's profiler): "
                      + ", ".join(f"{op} {ms:.3g} ms ({ms / total:.0%})" for op, ms in top))
     return lines
+
+
+AS_GIVEN = "as given"
+
+
+def gelu_form_rows(measured: dict) -> list[dict]:
+    """The artifact and each GELU form measured with it (--gelu-forms), at the way that ships and
+    the batch given: form, variant, batch, median and interval, ratio to the artifact's median,
+    peak memory. Empty without GELU forms."""
+    forms = measured.get("gelu_forms")
+    if not forms:
+        return []
+    first = measured["timings"][0]
+    rows = []
+    for name, each in ((AS_GIVEN, measured), *((form["form"], form) for form in forms)):
+        timing = next(t for t in each["timings"] if (t["variant"], t["batch"]) == (first["variant"], first["batch"]))
+        rows.append({"form": name, "variant": first["variant"], "batch": first["batch"],
+                     **{key: timing[key] for key in ("median_ms", "low_ms", "high_ms")},
+                     "ratio": timing["median_ms"] / first["median_ms"], "peak_rss_mb": each["peak_rss_mb"]})
+    return rows
+
+
+def _timing_line(t: dict) -> str:
+    rate = f", {t['items_per_second']:.3g} items/s" if t["items_per_second"] is not None else ""
+    batch = t["batch"] if t["batch"] is not None else "-"
+    return (f"{t['variant']}, batch {batch}: median {t['median_ms']:.3g} ms [{t['low_ms']:.3g}, {t['high_ms']:.3g}] "
+            f"(95%), p90 {t['p90_ms']:.3g} ms, {t['runs']} runs{rate}")
 
 
 def median_interval(times: list[float]) -> tuple[float, float]:
@@ -154,6 +220,10 @@ def measure_artifact(runner_class, model: Path, feed: dict[str, np.ndarray], sec
     began = time.perf_counter()
     runner = runner_class(model)
     load_seconds = time.perf_counter() - began
+    names = sorted(info.name for info in runner.inputs)
+    if names != sorted(feed):
+        raise BadInput(f"{model.name}: its inputs are {', '.join(names)}, not {', '.join(sorted(feed))} as the "
+                       "batch measured: measure it on its own (exportgate measure) or give an artifact of these inputs")
     variants = [variant for variant in runner.variants if variant != EMULATED]
     feeds = {_batch(feed): feed}
     bigger, why = larger(feed, runner.inputs, LARGER_BATCH)
@@ -164,10 +234,7 @@ def measure_artifact(runner_class, model: Path, feed: dict[str, np.ndarray], sec
         for batch, each in feeds.items():
             with native_output_captured():  # once around the runs, not in each
                 times = time_runs(runner.timed_call(variant, each), seconds)
-            ms = np.array(times) * 1000
-            low, high = median_interval(list(ms))
-            timings.append(Timing(variant, batch, len(times), float(np.median(ms)), float(np.percentile(ms, 90)),
-                                  low, high, float(ms.min()), float(ms.max())))
+            timings.append(Timing.of(variant, batch, [t * 1000 for t in times]))
     peak = _resident_mb("VmHWM")  # before the profiler's own session
     profile = dict(sorted(runner.profile(feed, PROFILED_RUNS).items(), key=lambda item: -item[1]))
     return Measurement(runner_class.runtime, runtimes.run_threads or None, len(os.sched_getaffinity(0)),

@@ -5,27 +5,34 @@ runtime alone). `exportgate measure` measures an artifact with no source (export
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from exporter.verification import Check, Verification, runs_the_artifact
 from verifiers.errors import BadInput, one_line
+from verifiers.formats import open_artifact
 from verifiers.judging import artifact_feed
 from verifiers.report import Report
 from verifiers.runtimes import Runner, runtime_for
 from verifiers.runtimes import isolation
 from verifiers.steps import Progress, Step
 
+if TYPE_CHECKING:
+    from exporter.gelu_forms import GeluForm
+    from verifiers.measurement import Measurement
+
+
+BUDGETS = ("max_latency", "max_memory", "baseline", "baseline_artifact")
+ROUNDS = 3  # against --baseline-artifact: each artifact measured this many times, in turn
+
 
 def wants_measurement(options: dict[str, Any]) -> bool:
     """--measure, or a budget or baseline to hold the measurement to."""
     return bool(options["measure"] or any(options[name] is not None for name in BUDGETS))
-
-
-BUDGETS = ("max_latency", "max_memory", "baseline")
 
 
 @dataclass
@@ -34,17 +41,36 @@ class Measured:
 
 
 def measure(report: Report, runner_class: type[Runner], path: Path, feed: dict[str, np.ndarray],
-            options: dict[str, Any], baseline: dict | None, progress: Progress) -> None:
+            options: dict[str, Any], baseline: dict | None, progress: Progress,
+            forms: Sequence[GeluForm] = ()) -> None:
     """report.measurement of the artifact at `path` run by `runner_class` on `feed` (by its input
     names), at most --measure-seconds of timed runs per way of running and batch size, held to the
-    budgets the options give and to `baseline` (read_baseline's; exit 5 over them)."""
+    budgets the options give and to `baseline` (read_baseline's; exit 5 over them). With
+    --baseline-artifact, or GELU `forms` to compare (exporter.gelu_forms), every file is measured
+    in turn with the artifact (measure_in_turn)."""
     from verifiers.measurement import measure_artifact, overruns
 
     seconds = options["measure_seconds"]
-    progress(f"measuring the artifact in {runner_class.runtime} (up to {seconds:g} s per way of running and batch)")
-    measured = isolation.call(measure_artifact, runner_class, path, feed, seconds, runtime=runner_class.runtime,
-                              step="measuring the artifact")
-    report.measurement = measured.to_dict()
+    entries = [("the artifact", runner_class, path)]
+    if options["baseline_artifact"] is not None:
+        against = Path(options["baseline_artifact"])
+        entries.append(("the baseline artifact", runtime_for(open_artifact(against).format.name, options["runtime"]),
+                        against))
+    entries += [(f"GELU form {form.name}", runner_class, form.path) for form in forms]
+    if len(entries) == 1:
+        progress(f"measuring the artifact in {runner_class.runtime} (up to {seconds:g} s per way of running and "
+                 "batch)")
+        measurements = [isolation.call(measure_artifact, runner_class, path, feed, seconds,
+                                       runtime=runner_class.runtime, step="measuring the artifact")]
+    else:
+        measurements = measure_in_turn(entries, feed, seconds, progress)
+    report.measurement = measurements.pop(0).to_dict()
+    if options["baseline_artifact"] is not None:
+        baseline = report.measurement["baseline_artifact"] = {"path": options["baseline_artifact"],
+                                                              **measurements.pop(0).to_dict()}
+    if forms:
+        report.measurement["gelu_forms"] = [{"form": form.name, "keeps_flavour": form.keeps_flavour,
+                                             **each.to_dict()} for form, each in zip(forms, measurements)]
     report.measurement["budgets"] = {name: value for name, value in options.items()
                                      if name in (*BUDGETS, "max_regression") and value is not None}
     found, notes = overruns(report.measurement, options["max_latency"], options["max_memory"], baseline,
@@ -56,8 +82,35 @@ def measure(report: Report, runner_class: type[Runner], path: Path, feed: dict[s
                                                      "grew": dict(overrun.grew)})
 
 
-def read_baseline(path: str | None) -> dict | None:
-    """The measurement of the report at `path` (--baseline); bad input when it holds none."""
+def measure_in_turn(entries: Sequence[tuple[str, type[Runner], Path]], feed: dict[str, np.ndarray], seconds: float,
+                    progress: Progress) -> list[Measurement]:
+    """Each (what it is, runner class, path) measured in turn, ROUNDS times over, each time in a
+    fresh worker with a ROUNDS-th of the time given, so that all see the same machine; each one's
+    rounds pooled (verifiers.measurement.pooled), in the order given."""
+    from verifiers.measurement import measure_artifact, pooled
+
+    share = seconds / ROUNDS
+    rounds: list[list[Measurement]] = [[] for _ in entries]
+    for round_ in range(1, ROUNDS + 1):
+        for (what, runner_class, path), taken in zip(entries, rounds):
+            progress(f"measuring {what} in {runner_class.runtime}, round {round_} of {ROUNDS} (up to {share:.2g} s "
+                     "per way of running and batch)")
+            taken.append(isolation.call(measure_artifact, runner_class, path, feed, share,
+                                        runtime=runner_class.runtime, step=f"measuring {what}"))
+    return [pooled(taken) for taken in rounds]
+
+
+def read_baseline(options: dict[str, Any]) -> dict | None:
+    """--baseline's measurement, read before anything runs (bad input when it holds none); with
+    --baseline-artifact instead, that file checked to be an artifact (it is measured later)."""
+    path, artifact = options["baseline"], options["baseline_artifact"]
+    if path is not None and artifact is not None:
+        raise BadInput("--baseline and --baseline-artifact: give one, the previous release's report or its artifact")
+    if artifact is not None:
+        try:
+            open_artifact(Path(artifact))
+        except BadInput as exc:
+            raise BadInput(f"--baseline-artifact: {exc}") from exc
     if path is None:
         return None
     try:
@@ -72,7 +125,7 @@ def read_baseline(path: str | None) -> dict | None:
 
 
 def _read_baseline(run: Verification) -> None:
-    run.of(Measured).baseline = read_baseline(run.options["baseline"])
+    run.of(Measured).baseline = read_baseline(run.options)
 
 
 def _not_measured(run: Verification) -> None:
@@ -92,7 +145,8 @@ def _measure(run: Verification) -> None:
 
 CHECK = Check(
     "measurement",
-    on_source=(Step("baseline", _read_baseline, when=lambda run: run.options["baseline"] is not None),),
+    on_source=(Step("baseline", _read_baseline, when=lambda run: run.options["baseline"] is not None
+                    or run.options["baseline_artifact"] is not None),),
     on_artifact=(Step("measure", runs_the_artifact(_measure),
                       when=lambda run: run.active and wants_measurement(run.options) and not run.by_signatures),
                  Step("not_measured", _not_measured,

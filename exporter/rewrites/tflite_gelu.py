@@ -123,7 +123,7 @@ def _flavour(op) -> str:
     return claimed_by(TFLITE, "GELU", {"approximate": approximate})[0].name
 
 
-def _lower_subgraph(model, g: int) -> int:
+def _lower_subgraph(model, g: int, written_as: str | None) -> int:
     subgraph = model.subgraphs[g]
     constants: dict[str, int] = {}
     operators, lowered = [], 0
@@ -140,7 +140,7 @@ def _lower_subgraph(model, g: int) -> int:
                              f"tensor of TensorType {source.type}, not float32: cannot be lowered")
         # the converter joins fused ops' names with ";": the first part names the new tensors
         name = (subgraph.tensors[y].name or b"").decode("utf-8", "replace").split(";", 1)[0] or f"gelu_{k}"
-        flavour_name = _flavour(op)
+        flavour_name = written_as or _flavour(op)
         writer = _Writer(model, subgraph, constants, f"{name}/exportgate_{flavour_name}", subgraph.tensors[y])
         FORMS[flavour_name, flavour(flavour_name).no_erf_form].write(writer, x, y)
         operators.extend(writer.operators)
@@ -171,8 +171,10 @@ def _update_min_runtime_version(model) -> None:
         buffer.data = np.frombuffer(version.ljust(size, b"\0"), np.uint8)
 
 
-def lower_gelu_ops(content: bytes) -> bytes:
-    """The .tflite `content` with every GELU op written as primitive builtins of its flavour.
+def lower_gelu_ops(content: bytes, written_as: str | None = None) -> bytes:
+    """The .tflite `content` with every GELU op written as primitive builtins of its flavour, or
+    of the flavour `written_as` ("relu": a RELU, which is another function: the yardstick of
+    `measure --gelu-forms`).
 
     Raises ValueError for a GELU on a tensor that is not float32 (int8 GELU, op version 2) and
     for models whose buffers live outside the flatbuffer (> 2 GB, offset/size buffers).
@@ -182,7 +184,7 @@ def lower_gelu_ops(content: bytes) -> bytes:
         return bytes(content)
     if any(buffer.offset > 1 for buffer in model.buffers or []):
         raise ValueError("buffers stored outside the flatbuffer (offset/size) are not supported")
-    if not sum(_lower_subgraph(model, g) for g in range(len(model.subgraphs))):
+    if not sum(_lower_subgraph(model, g, written_as) for g in range(len(model.subgraphs))):
         return bytes(content)
     _drop_unused_gelu_codes(model)
     _update_min_runtime_version(model)

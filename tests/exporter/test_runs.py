@@ -467,7 +467,8 @@ opset = 17
 _NAMED_VALUES = {"to": "onnx", "opset": 17, "exporter": "torchscript", "quantize": "int8", "io": "float",
                  "calibration": "data.npz", "data": "data.npz", "target": "ort-1.16", "gelu": "preserve", "inputs": ["x:2x4:float32"],
                  "dynamic": ["x:0"], "atol": ["1e-3"], "rtol": ["1e-2"], "task": "text-classification",
-                 "keep_fp32": ["Softmax"], "baseline": "data.npz"}
+                 "keep_fp32": ["Softmax"], "baseline": "data.npz",
+                 "baseline_artifact": "data.npz"}
 
 
 def _job_value(option):

@@ -187,6 +187,97 @@ def test_a_baseline_far_faster_is_a_regression_naming_the_op_types_that_grew(dyn
     assert missing.returncode == 2 and "give the --report of a run with --measure" in missing.stderr
 
 
+def _mlp_onnx(path, hidden: int, input_name: str = "x"):
+    """x[batch, 64] -> MatMul -> Gelu -> MatMul -> y[batch, 64], the hidden layer `hidden` wide."""
+    rng = np.random.default_rng(0)
+    weights = [helper.make_tensor(name, TensorProto.FLOAT, shape, rng.standard_normal(shape).astype(np.float32))
+               for name, shape in (("w1", [64, hidden]), ("w2", [hidden, 64]))]
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", [input_name, "w1"], ["h"]), helper.make_node("Gelu", ["h"], ["g"]),
+         helper.make_node("MatMul", ["g", "w2"], ["y"])], "mlp",
+        [helper.make_tensor_value_info(input_name, TensorProto.FLOAT, ["batch", 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 64])], weights)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)]), str(path))
+    return path
+
+
+def test_a_baseline_artifact_is_measured_in_turn_and_a_slower_artifact_fails_against_it(tmp_path):
+    """The previous release's artifact measured in the same run: the same file is no regression; one
+    whose hidden layer is 32 times wider is, naming MatMul among the op types that grew."""
+    small = _mlp_onnx(tmp_path / "small.onnx", 64)
+    same = tmp_path / "same.onnx"
+    same.write_bytes(small.read_bytes())
+
+    even = api.measure(same, baseline_artifact=str(small), measure_seconds=0.3)
+    assert even.exit_code == 0, even.summary_lines()
+    against = even.measurement["baseline_artifact"]
+    assert against["path"] == str(small)
+    assert [(t["variant"], t["batch"]) for t in against["timings"]] == [
+        (t["variant"], t["batch"]) for t in even.measurement["timings"]]
+    assert all(t["runs"] >= 3 * MIN_RUNS for t in (*against["timings"], *even.measurement["timings"]))  # 3 rounds
+    assert any(line.startswith(f"    baseline artifact {small}") for line in even.summary_lines())
+
+    wide = api.measure(_mlp_onnx(tmp_path / "wide.onnx", 2048), baseline_artifact=str(small), measure_seconds=0.3)
+    assert wide.exit_code == 5, wide.summary_lines()
+    [finding] = wide.failures
+    assert finding.kind == "budget" and finding.data["metric"] == "latency"
+    assert finding.data["baseline"] == against_median(wide) and "MatMul" in finding.data["grew"]
+
+
+def against_median(report) -> float:
+    first = report.measurement["timings"][0]
+    return next(t["median_ms"] for t in report.measurement["baseline_artifact"]["timings"]
+                if (t["variant"], t["batch"]) == (first["variant"], first["batch"]))
+
+
+def test_a_baseline_artifact_of_other_inputs_or_beside_a_baseline_report_is_bad_input(tmp_path):
+    small = _mlp_onnx(tmp_path / "small.onnx", 64)
+    other = _mlp_onnx(tmp_path / "other.onnx", 64, input_name="pixels")
+
+    renamed = api.measure(small, baseline_artifact=str(other), measure_seconds=0.05)
+    assert renamed.exit_code == 2 and "other.onnx: its inputs are pixels, not x" in renamed.failures[0].message
+    both = api.measure(small, baseline_artifact=str(small), baseline=str(tmp_path / "r.json"))
+    assert both.exit_code == 2 and "give one" in both.failures[0].message
+    missing = api.measure(small, baseline_artifact=str(tmp_path / "gone.onnx"))
+    assert missing.exit_code == 2 and missing.failures[0].message.startswith("--baseline-artifact: ")
+
+
+def test_gelu_forms_are_measured_in_turn_with_an_artifact_torch_exported(shared_artifact, tmp_path):
+    """torch.onnx's exact GELU at opset 20 is a Gelu op: measured beside it, its decomposition into
+    the erf chain and ReLU (the yardstick that is no GELU); at opset 17 (the erf chain) no Gelu op
+    can be written, which is said."""
+    from fixtures.specs import torch_model
+
+    fused = shared_artifact(tmp_path / "20", torch_model("mlp_exact"), "m.onnx", to="onnx", opset=20)
+    report = api.measure(fused, gelu_forms=True, measure_seconds=0.3)
+    assert report.exit_code == 0, report.summary_lines()
+    forms = report.measurement["gelu_forms"]
+    assert [(f["form"], f["keeps_flavour"]) for f in forms] == [("primitives (Gelu ops decomposed)", True),
+                                                                 ("ReLU (not GELU: the activation's own cost)", False)]
+    assert all(t["runs"] >= 3 * MIN_RUNS for form in forms for t in form["timings"])
+    assert any(line.startswith("      primitives (Gelu ops decomposed): median ") for line in report.summary_lines())
+
+    chain = shared_artifact(tmp_path / "17", torch_model("mlp_exact"), "m.onnx", to="onnx", opset=17)
+    report = api.measure(chain, gelu_forms=True, measure_seconds=0.1)
+    assert [f["form"] for f in report.measurement["gelu_forms"]] == ["ReLU (not GELU: the activation's own cost)"]
+    assert any("Gelu ops need opset 20, the artifact is at opset 17" in note for note in report.notes)
+
+
+def test_gelu_forms_of_a_tflite_builtin_gelu_lower_it(shared_artifact, tmp_path):
+    """TFLiteConverter writes Keras's GELU as the builtin: measured beside it, the builtin lowered
+    to primitives and, as the yardstick, to RELU."""
+    from fixtures.specs import keras_model
+
+    artifact = shared_artifact(tmp_path, keras_model("functional_activation"), "m.tflite", to="tflite")
+    report = api.measure(artifact, gelu_forms=True, measure_seconds=0.1)
+    assert report.exit_code == 0, report.summary_lines()
+    forms = report.measurement["gelu_forms"]
+    assert [(f["form"], f["keeps_flavour"]) for f in forms] == [("primitives (GELU builtins lowered)", True),
+                                                                 ("ReLU (not GELU: the activation's own cost)", False)]
+    assert all({t["variant"] for t in f["timings"]} == {t["variant"] for t in report.measurement["timings"]}
+               for f in forms)
+
+
 def test_the_jobs_summary_tables_each_jobs_latency_and_peak_memory(tmp_path):
     """`merge` and `run` write their Markdown summary from the job reports read back from JSON."""
     from verifiers.report import Report

@@ -21,6 +21,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from verifiers.measurement import gelu_form_rows
 from verifiers.report import OutputResult, Report
 from verifiers.writers import atomic_write, job_name
 
@@ -229,12 +230,24 @@ class _Page:
                                  "the load)"),
                  ("machine load", "{:.1f} then {:.1f}".format(*measured["load_average"])),
                  ("budgets", ", ".join(f"{k} {v}" for k, v in measured.get("budgets", {}).items()) or None)]
-        rows = [[_e(t["variant"]), _e(t["batch"]), _e(f"{t['median_ms']:.4g}"),
+        against = measured.get("baseline_artifact")
+        if against:
+            facts.append(("baseline artifact", f"{against['path']}, peak memory {against['peak_rss_mb']:.0f} MB, "
+                                               "measured in turn with this one"))
+        rows = [[_e(artifact), _e(t["variant"]), _e(t["batch"]), _e(f"{t['median_ms']:.4g}"),
                  _e(f"[{t['low_ms']:.4g}, {t['high_ms']:.4g}]"), _e(f"{t['p90_ms']:.4g}"), _e(t["runs"]),
                  _e("" if t["items_per_second"] is None else f"{t['items_per_second']:.4g}")]
-                for t in measured["timings"]]
+                for artifact, each in (("this", measured), ("baseline", against or {"timings": []}))
+                for t in each["timings"]]
         parts = ["<h3>Cost</h3>", _table([], [[_e(k), f"<code>{_e(v)}</code>"] for k, v in facts if v is not None]),
-                 _table(["run", "batch", "median ms", "95% interval", "p90 ms", "runs", "items/s"], rows)]
+                 _table(["artifact", "run", "batch", "median ms", "95% interval", "p90 ms", "runs", "items/s"], rows)]
+        forms = gelu_form_rows(measured)
+        if forms:
+            parts.append("<p>GELU forms, measured in turn with the artifact (the way that ships, the batch given):</p>"
+                         + _table(["form", "median ms", "95% interval", "ratio", "peak MB"], [
+                             [_e(row["form"]), _e(f"{row['median_ms']:.4g}"),
+                              _e(f"[{row['low_ms']:.4g}, {row['high_ms']:.4g}]"), _e(f"{row['ratio']:.2f}x"),
+                              _e(f"{row['peak_rss_mb']:.0f}")] for row in forms]))
         if measured.get("profile"):
             total = sum(measured["profile"].values())
             parts.append("<p>Time by op type (the runtime's profiler), per run:</p>" + _table(

@@ -140,7 +140,7 @@ def _budget_cases(report: Report, placed: set[int]):
     budgets = report.measurement.get("budgets", {})
     held = [(metric, False) for metric, name in (("latency", "max_latency"), ("peak memory", "max_memory"))
             if budgets.get(name) is not None]
-    if budgets.get("baseline") is not None:
+    if budgets.get("baseline") is not None or budgets.get("baseline_artifact") is not None:
         held += [("latency", True), ("peak memory", True)]
     seconds = _share(report, _MEASURE_STEPS, len(held))
     for metric, against in held:
