@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from verifiers.errors import BadInput
+from verifiers.errors import BadInput, ExportgateError, one_line
 from verifiers.quiet import native_output_captured
 
 LARGER_BATCH = 4  # the larger batch, as a multiple of the one given
@@ -225,10 +225,24 @@ def measure_artifact(runner_class, model: Path, feed: dict[str, np.ndarray], sec
         raise BadInput(f"{model.name}: its inputs are {', '.join(names)}, not {', '.join(sorted(feed))} as the "
                        "batch measured: measure it on its own (exportgate measure) or give an artifact of these inputs")
     variants = [variant for variant in runner.variants if variant != EMULATED]
+    shapes = ", ".join(f"{name} {'x'.join(map(str, value.shape)) or 'scalar'}" for name, value in feed.items())
+    try:
+        runner.timed_call(variants[0], feed)()
+    except ExportgateError:
+        raise
+    except Exception as exc:  # the runtime's own error: the values or shapes are not ones the model takes
+        raise BadInput(f"{model.name} does not run on the batch measured ({shapes}): {one_line(exc)}; give each "
+                       "input's shape and range with --input NAME:SHAPE:DTYPE[:LOW..HIGH]") from exc
     feeds = {_batch(feed): feed}
     bigger, why = larger(feed, runner.inputs, LARGER_BATCH)
     if bigger is not None:
-        feeds[_batch(bigger)] = bigger
+        try:
+            runner.timed_call(variants[0], bigger)()
+            feeds[_batch(bigger)] = bigger
+        except ExportgateError:
+            raise
+        except Exception as exc:
+            why = f"it does not run at batch {_batch(bigger)} ({one_line(exc)})"
     timings = []
     for variant in variants:
         for batch, each in feeds.items():

@@ -76,6 +76,23 @@ def test_measure_refuses_an_input_the_artifact_does_not_have(dynamic_onnx):
     assert "--input ids: the artifact has no such input (it has x)" in report.failures[0].message
 
 
+def test_a_batch_the_artifact_does_not_run_on_is_bad_input_naming_its_shapes(tmp_path):
+    """A Gather of a 2-row table: indices of 5 are not ones it takes, which onnxruntime says; the
+    measurement says so in one line, with the shapes it fed and what to give."""
+    table = helper.make_tensor("table", TensorProto.FLOAT, [2, 4], np.zeros(8, np.float32))
+    graph = helper.make_graph([helper.make_node("Gather", ["table", "ids"], ["rows"])], "g",
+                              [helper.make_tensor_value_info("ids", TensorProto.INT64, ["n"])],
+                              [helper.make_tensor_value_info("rows", TensorProto.FLOAT, ["n", 4])], [table])
+    path = tmp_path / "gather.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+
+    report = api.measure(path, inputs=["ids:3:int64:5..6"], measure_seconds=0.05)
+    assert report.exit_code == 2
+    message = report.failures[0].message
+    assert message.startswith("gather.onnx does not run on the batch measured (ids 3): ")
+    assert message.endswith("give each input's shape and range with --input NAME:SHAPE:DTYPE[:LOW..HIGH]")
+
+
 def test_a_float16_tflite_artifact_is_timed_as_litert_runs_it_not_in_the_float16_emulation(tmp_path):
     """TFLiteConverter's float16 quantization: verify runs it a third way, XNNPACK forced to FP16,
     which predicts a GPU's arithmetic and is not how the CPU runs it."""
