@@ -1,6 +1,6 @@
 """The seed table: what a BERT-base-sized model costs with its GELUs built in, written out as
 primitives, and replaced by ReLU, in latency, throughput and peak memory, on ONNX and TFLite, by
-`exportgate measure --gelu-forms` (the forms measured in turn with the artifact, 3 rounds each).
+`exportgate measure --gelu-forms` (the forms measured in turn with the artifact, 6 rounds each).
 
     python bench/gelu_forms_table.py [--seconds 3] [--threads 2]
 
@@ -28,7 +28,7 @@ ARTIFACTS = (
 )
 
 parser = argparse.ArgumentParser()
-parser.add_argument("--seconds", type=float, default=3.0, help="--measure-seconds (split between the 3 rounds)")
+parser.add_argument("--seconds", type=float, default=3.0, help="--measure-seconds (split between the rounds)")
 parser.add_argument("--threads", type=int, default=2)
 args = parser.parse_args()
 
@@ -56,4 +56,4 @@ with tempfile.TemporaryDirectory() as tmp:
             print(f"| {title} | {form} | {t['variant']} | {t['batch']} | {t['median_ms']:.1f} [{t['low_ms']:.1f}, "
                   f"{t['high_ms']:.1f}] | {t['median_ms'] / shipped['median_ms']:.3f}x | {t['items_per_second']:.2f} "
                   f"| {each['peak_rss_mb']:.0f} |", flush=True)
-print(f"\n{args.threads} threads; {sys.platform}; the forms of each model measured in turn with it, 3 rounds each.")
+print(f"\n{args.threads} threads; {sys.platform}; the forms of each model measured in turn with it, 6 rounds each.")

@@ -20,7 +20,7 @@ import importlib
 import math
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -90,15 +90,20 @@ class Measurement:
 
 
 def pooled(rounds: list[Measurement]) -> Measurement:
-    """One measurement of an artifact from several rounds of it (alternating with another's, so
-    both see the same machine): each way of running and batch from all their runs, the load time
-    and the memory before it their medians, the peak memory the highest, the profile the mean, the
-    machine's load before the first round and after the last."""
+    """One measurement of an artifact from several rounds of it, each in a fresh worker
+    (alternating with another artifact's, so both see the same machine): each way of running and
+    batch from all their runs, but its interval the range of the rounds' medians, since a worker's
+    speed differs from the next one's by more than its runs differ among themselves (with 6
+    rounds the range holds the median with 97% confidence: 1 - 2/2^6); the load time and the memory
+    before it their medians, the peak memory the highest, the profile the mean, the machine's load
+    before the first round and after the last."""
     first = rounds[0]
     samples: dict[tuple[str, int | None], list[float]] = {}
+    medians: dict[tuple[str, int | None], list[float]] = {}
     for each in rounds:
         for timing in each.timings:
             samples.setdefault((timing.variant, timing.batch), []).extend(timing.samples_ms)
+            medians.setdefault((timing.variant, timing.batch), []).append(timing.median_ms)
     ops = {op for each in rounds for op in each.profile}
     profile = {op: sum(each.profile.get(op, 0.0) for each in rounds) / len(rounds) for op in ops}
     return Measurement(first.runtime, first.threads, first.cpus,
@@ -106,7 +111,8 @@ def pooled(rounds: list[Measurement]) -> Measurement:
                        float(np.median([each.rss_before_load_mb for each in rounds])),
                        max(each.peak_rss_mb for each in rounds),
                        (first.load_average[0], rounds[-1].load_average[1]),
-                       [Timing.of(variant, batch, times) for (variant, batch), times in samples.items()],
+                       [replace(Timing.of(variant, batch, times), low_ms=min(medians[variant, batch]),
+                                high_ms=max(medians[variant, batch])) for (variant, batch), times in samples.items()],
                        first.larger_batch, dict(sorted(profile.items(), key=lambda item: -item[1])))
 
 

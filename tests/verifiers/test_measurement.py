@@ -11,6 +11,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from exporter import api
+from exporter.checks.measurement import ROUNDS
 from fixtures.children import REPO
 from fixtures.models import float16_models
 from verifiers.measurement import MIN_RUNS, median_interval, overruns
@@ -204,6 +205,21 @@ def test_a_baseline_far_faster_is_a_regression_naming_the_op_types_that_grew(dyn
     assert missing.returncode == 2 and "give the --report of a run with --measure" in missing.stderr
 
 
+def test_rounds_pool_their_runs_and_span_their_medians():
+    """Runs of two workers, one twice as fast: the pooled median lies between theirs, and its
+    interval is their medians' range, however narrow each worker's own."""
+    from verifiers.measurement import Measurement, Timing, pooled
+
+    def worker(ms: float, peak: float) -> Measurement:
+        return Measurement("onnxruntime", 1, 2, 0.1, 50.0, peak, (0.5, 0.5),
+                           [Timing.of("default", 2, [ms, ms * 1.01, ms * 0.99] * 5)], None, {"Gemm": ms})
+
+    both = pooled([worker(1.0, 80.0), worker(2.0, 90.0)])
+    [timing] = both.timings
+    assert timing.runs == 30 and (timing.low_ms, timing.high_ms) == (1.0, 2.0)
+    assert 1.0 <= timing.median_ms <= 2.0 and both.peak_rss_mb == 90.0 and both.profile == {"Gemm": 1.5}
+
+
 def _mlp_onnx(path, hidden: int, input_name: str = "x"):
     """x[batch, 64] -> MatMul -> Gelu -> MatMul -> y[batch, 64], the hidden layer `hidden` wide."""
     rng = np.random.default_rng(0)
@@ -231,7 +247,7 @@ def test_a_baseline_artifact_is_measured_in_turn_and_a_slower_artifact_fails_aga
     assert against["path"] == str(small)
     assert [(t["variant"], t["batch"]) for t in against["timings"]] == [
         (t["variant"], t["batch"]) for t in even.measurement["timings"]]
-    assert all(t["runs"] >= 3 * MIN_RUNS for t in (*against["timings"], *even.measurement["timings"]))  # 3 rounds
+    assert all(t["runs"] >= ROUNDS * MIN_RUNS for t in (*against["timings"], *even.measurement["timings"]))
     assert any(line.startswith(f"    baseline artifact {small}") for line in even.summary_lines())
 
     wide = api.measure(_mlp_onnx(tmp_path / "wide.onnx", 2048), baseline_artifact=str(small), measure_seconds=0.3)
@@ -271,7 +287,7 @@ def test_gelu_forms_are_measured_in_turn_with_an_artifact_torch_exported(shared_
     forms = report.measurement["gelu_forms"]
     assert [(f["form"], f["keeps_flavour"]) for f in forms] == [("primitives (Gelu ops decomposed)", True),
                                                                  ("ReLU (not GELU: the activation's own cost)", False)]
-    assert all(t["runs"] >= 3 * MIN_RUNS for form in forms for t in form["timings"])
+    assert all(t["runs"] >= ROUNDS * MIN_RUNS for form in forms for t in form["timings"])
     assert any(line.startswith("      primitives (Gelu ops decomposed): median ") for line in report.summary_lines())
 
     chain = shared_artifact(tmp_path / "17", torch_model("mlp_exact"), "m.onnx", to="onnx", opset=17)
