@@ -39,11 +39,9 @@ class GeluForm:
 def gelu_forms(path: Path, format_name: str, folder: Path) -> tuple[list[GeluForm], list[str]]:
     """The forms of the artifact at `path` written into `folder`, and a note for each form it
     cannot take."""
-    if format_name == "onnx":
-        return _onnx_forms(path, folder)
-    if format_name == "tflite":
-        return _tflite_forms(path, folder)
-    raise BadInput(f"--gelu-forms: {format_name} artifacts have no GELU rewrites (ONNX and TFLite do)")
+    if format_name not in FORMAT_FORMS:
+        raise BadInput(f"--gelu-forms: {format_name} artifacts have no GELU rewrites (ONNX and TFLite do)")
+    return FORMAT_FORMS[format_name](path, folder)
 
 
 def _onnx_forms(path: Path, folder: Path) -> tuple[list[GeluForm], list[str]]:
@@ -106,3 +104,6 @@ def _save(model, folder: Path, name: str) -> Path:
     onnx.save(model, str(path), save_as_external_data=large, all_tensors_to_one_file=True,
               location=f"{name}.onnx.data")
     return path
+
+
+FORMAT_FORMS = {"onnx": _onnx_forms, "tflite": _tflite_forms}  # as exporter.gelu_policy's FORMAT_POLICIES

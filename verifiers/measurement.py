@@ -34,7 +34,9 @@ MIN_RUNS = 10
 MAX_RUNS = 1000
 PRECISION = 0.02  # the confidence interval's half-width wanted, as a fraction of the median
 PROFILED_RUNS = 5
-PROFILE_LINES = 5  # op types the summary names
+PROFILE_LINES = 5  # op types and modules the summary names
+ROOT = "(no scope)"  # the profile's module for nodes the exporter put in no module
+MADE_BY_RUNTIME = "(made by the runtime)"  # for nodes the runtime made and named anew
 EMULATED = "float16"  # the variant that emulates float16 arithmetic: it says nothing of what ships
 
 
@@ -81,8 +83,10 @@ class Measurement:
     timings: list[Timing] = field(default_factory=list)
     larger_batch: str | None = None  # why no larger batch was measured, when none was
     # Milliseconds per run by op type, from the runtime's own profiler, in the way that ships at the
-    # batch given (empty where the runtime has no profiler to read: LiteRT's Python API).
+    # batch given (empty where the runtime has no profiler to read: LiteRT's Python API), and the same
+    # by the module (or name scope) the exporter recorded on the nodes (by_module).
     profile: dict[str, float] = field(default_factory=dict)
+    profile_by_module: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {**{k: v for k, v in asdict(self).items() if k != "timings"},
@@ -104,8 +108,7 @@ def pooled(rounds: list[Measurement]) -> Measurement:
         for timing in each.timings:
             samples.setdefault((timing.variant, timing.batch), []).extend(timing.samples_ms)
             medians.setdefault((timing.variant, timing.batch), []).append(timing.median_ms)
-    ops = {op for each in rounds for op in each.profile}
-    profile = {op: sum(each.profile.get(op, 0.0) for each in rounds) / len(rounds) for op in ops}
+    profile, modules = (_mean([getattr(each, name) for each in rounds]) for name in ("profile", "profile_by_module"))
     return Measurement(first.runtime, first.threads, first.cpus,
                        float(np.median([each.load_seconds for each in rounds])),
                        float(np.median([each.rss_before_load_mb for each in rounds])),
@@ -113,7 +116,12 @@ def pooled(rounds: list[Measurement]) -> Measurement:
                        (first.load_average[0], rounds[-1].load_average[1]),
                        [replace(Timing.of(variant, batch, times), low_ms=min(medians[variant, batch]),
                                 high_ms=max(medians[variant, batch])) for (variant, batch), times in samples.items()],
-                       first.larger_batch, dict(sorted(profile.items(), key=lambda item: -item[1])))
+                       first.larger_batch, profile, modules)
+
+
+def _mean(profiles: list[dict[str, float]]) -> dict[str, float]:
+    keys = {key for each in profiles for key in each}
+    return _largest_first({key: sum(each.get(key, 0.0) for each in profiles) / len(profiles) for key in keys})
 
 
 def summary_lines(measured: dict) -> list[str]:
@@ -144,6 +152,11 @@ def summary_lines(measured: dict) -> list[str]:
         top = list(measured["profile"].items())[:PROFILE_LINES]
         lines.append("    time by op type (the runtime's profiler): "
                      + ", ".join(f"{op} {ms:.3g} ms ({ms / total:.0%})" for op, ms in top))
+    if measured.get("profile_by_module"):
+        total = sum(measured["profile_by_module"].values())
+        top = list(measured["profile_by_module"].items())[:PROFILE_LINES]
+        lines.append("    time by module (the scopes the exporter recorded): "
+                     + ", ".join(f"{module} {ms:.3g} ms ({ms / total:.0%})" for module, ms in top))
     return lines
 
 
@@ -256,9 +269,37 @@ def measure_artifact(runner_class, model: Path, feed: dict[str, np.ndarray], sec
                 times = time_runs(runner.timed_call(variant, each), seconds)
             timings.append(Timing.of(variant, batch, [t * 1000 for t in times]))
     peak = _resident_mb("VmHWM")  # before the profiler's own session
-    profile = dict(sorted(runner.profile(feed, PROFILED_RUNS).items(), key=lambda item: -item[1]))
+    nodes = runner.profile(feed, PROFILED_RUNS)
+    by_op: dict[str, float] = {}
+    for (_, op_type), ms in nodes.items():
+        by_op[op_type] = by_op.get(op_type, 0.0) + ms
     return Measurement(runner_class.runtime, runtimes.run_threads or None, len(os.sched_getaffinity(0)),
-                       load_seconds, rss_before, peak, (load_before, os.getloadavg()[0]), timings, why, profile)
+                       load_seconds, rss_before, peak, (load_before, os.getloadavg()[0]), timings, why,
+                       _largest_first(by_op), _largest_first(by_module(model, nodes)) if nodes else {})
+
+
+def by_module(model: Path, nodes: dict[tuple[str, str], float]) -> dict[str, float]:
+    """The profile's milliseconds per run (by node name and op type) summed by the module or name
+    scope the exporter recorded on the artifact's nodes (verifiers.localization.graph.Scope.path):
+    a node the runtime made by fusing keeps the name of the node it starts from (onnxruntime's
+    optimizer names them so), else it is counted under MADE_BY_RUNTIME; a node without a scope
+    under ROOT."""
+    from verifiers.formats import open_artifact
+
+    artifact = open_artifact(model)
+    scopes = {op.name: (op.scope.path if op.scope is not None and op.scope.parts else ROOT)
+              for op in artifact.format.localization_graph(model).ops}
+    ordered = sorted(scopes, key=len, reverse=True)  # the longest name a fused node's name starts with
+    found: dict[str, float] = {}
+    for (name, _), ms in nodes.items():
+        scope = scopes.get(name) or next((scopes[known] for known in ordered if name.startswith(known)),
+                                         MADE_BY_RUNTIME)
+        found[scope] = found.get(scope, 0.0) + ms
+    return found
+
+
+def _largest_first(times: dict[str, float]) -> dict[str, float]:
+    return dict(sorted(times.items(), key=lambda item: -item[1]))
 
 
 def _resident_mb(field: str) -> float:
@@ -290,6 +331,7 @@ class Overrun:
     limit: float
     baseline: float | None = None
     grew: tuple[tuple[str, float], ...] = ()  # op types whose time grew most: (op type, ms more per run)
+    grew_in: tuple[tuple[str, float], ...] = ()  # the same by module (Measurement.profile_by_module)
 
     @property
     def message(self) -> str:
@@ -298,6 +340,8 @@ class Overrun:
             return (f"{self.metric} {self.measured:.4g} {unit} is over the budget of {self.limit:.4g} {unit} "
                     f"({self.measured / self.limit:.2f}x)")
         grew = ("; grew most: " + ", ".join(f"{op} +{ms:.3g} ms" for op, ms in self.grew)) if self.grew else ""
+        if self.grew_in:
+            grew += "; in: " + ", ".join(f"{module} +{ms:.3g} ms" for module, ms in self.grew_in)
         return (f"{self.metric} {self.measured:.4g} {unit} against the baseline's {self.baseline:.4g} {unit} "
                 f"({self.measured / self.baseline:.2f}x, more than the {self.limit:.4g} {unit} allowed){grew}")
 
@@ -342,7 +386,8 @@ def _against(measured: dict, baseline: dict, max_regression: float) -> tuple[lis
         allowed = same["high_ms"] * (1 + max_regression)
         if first["low_ms"] > allowed:
             found.append(Overrun("latency", first["median_ms"], allowed, same["median_ms"],
-                                 _grew(measured.get("profile", {}), baseline.get("profile", {}))))
+                                 _grew(measured.get("profile", {}), baseline.get("profile", {})),
+                                 _grew(measured.get("profile_by_module", {}), baseline.get("profile_by_module", {}))))
         elif first["median_ms"] > same["median_ms"] * (1 + max_regression):
             notes.append(f"latency: median {first['median_ms']:.4g} ms against the baseline's {same['median_ms']:.4g} "
                          "ms, but their 95% intervals do not say it is slower beyond the regression allowed")
@@ -353,6 +398,7 @@ def _against(measured: dict, baseline: dict, max_regression: float) -> tuple[lis
 
 
 def _grew(profile: dict, before: dict, top: int = 3) -> tuple[tuple[str, float], ...]:
-    """The op types whose time per run grew most from `before` to `profile` ({op type: ms per run})."""
+    """The op types (or modules) whose time per run grew most from `before` to `profile` ({op type:
+    ms per run})."""
     grown = sorted(((op, ms - before.get(op, 0.0)) for op, ms in profile.items()), key=lambda item: -item[1])
     return tuple((op, ms) for op, ms in grown[:top] if ms > 0)

@@ -81,7 +81,7 @@ def measure(report: Report, runner_class: type[Runner], path: Path, feed: dict[s
     for overrun in found:
         report.fail("budget", overrun.message, data={"metric": overrun.metric, "measured": overrun.measured,
                                                      "limit": overrun.limit, "baseline": overrun.baseline,
-                                                     "grew": dict(overrun.grew)})
+                                                     "grew": dict(overrun.grew), "grew_in": dict(overrun.grew_in)})
 
 
 def measure_in_turn(entries: Sequence[tuple[str, type[Runner], Path]], feed: dict[str, np.ndarray], seconds: float,

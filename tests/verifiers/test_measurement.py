@@ -94,6 +94,28 @@ def test_a_batch_the_artifact_does_not_run_on_is_bad_input_naming_its_shapes(tmp
     assert message.endswith("give each input's shape and range with --input NAME:SHAPE:DTYPE[:LOW..HIGH]")
 
 
+def test_the_profile_by_module_names_the_modules_of_a_transformers_bert(shared_artifact, tmp_path):
+    """torch.onnx's TorchScript exporter names each node by its module's scope; onnxruntime's profile,
+    summed by those, names BERT's own modules (the oracle: the model's named_modules), its
+    feed-forward layers among them, and adds up to the profile by op type."""
+    from fixtures.models import hf_models
+    from verifiers.measurement import MADE_BY_RUNTIME, ROOT
+
+    artifact = shared_artifact(tmp_path, f"{hf_models.__file__}:bert", "bert.onnx", to="onnx", opset=17,
+                               exporter="torchscript")
+    report = api.measure(artifact, measure_seconds=0.1)
+    assert report.exit_code == 0, report.summary_lines()
+    modules = set(report.measurement["profile_by_module"])
+    # as recorded: under the module exportgate calls BERT's keywords through (its attribute `model`)
+    named = {"model", *(f"model.{name}" for name, _ in hf_models.bert()[0].named_modules() if name)}
+    assert modules - {ROOT, MADE_BY_RUNTIME} <= named, modules - named
+    assert {"model.encoder.layer.0.intermediate.dense", "model.encoder.layer.1.output.dense"} <= modules
+    assert sum(report.measurement["profile_by_module"].values()) == pytest.approx(
+        sum(report.measurement["profile"].values()))
+    assert any(line.startswith("    time by module (the scopes the exporter recorded): ")
+               for line in report.summary_lines())
+
+
 def test_a_float16_tflite_artifact_is_timed_as_litert_runs_it_not_in_the_float16_emulation(tmp_path):
     """TFLiteConverter's float16 quantization: verify runs it a third way, XNNPACK forced to FP16,
     which predicts a GPU's arithmetic and is not how the CPU runs it."""

@@ -25,6 +25,13 @@ class Scope:
     parts: tuple[str, ...]
     style: str
 
+    @property
+    def path(self) -> str:
+        """The scope as one path in the exporter's spelling, no source needed (where the source is
+        at hand, verifiers.localization.align.resolve_scope names its module): PyTorch's parts
+        joined by "." (a TorchScript list child's part, `layer.0`, as one), TensorFlow's by "/"."""
+        return "/".join(self.parts) if self.style == "tf" else ".".join(self.parts)
+
 
 @dataclass
 class TensorView:

@@ -97,9 +97,10 @@ class Runner:
         call as it can (verifiers.measurement times it)."""
         return lambda: self.run_each({variant: feed})
 
-    def profile(self, feed: dict[str, np.ndarray], runs: int) -> dict[str, float]:
-        """Milliseconds per run spent in each op type, by the runtime's own profiler, over `runs`
-        runs of `feed` in the way that ships; empty where the runtime has no profiler to read."""
+    def profile(self, feed: dict[str, np.ndarray], runs: int) -> dict[tuple[str, str], float]:
+        """Milliseconds per run spent in each node, by (node name, op type) as the runtime's own
+        profiler names them, over `runs` runs of `feed` in the way that ships; empty where the
+        runtime has no profiler to read."""
         return {}
 
     def run_all(self, feed: dict[str, np.ndarray]) -> dict[str, list[np.ndarray]]:

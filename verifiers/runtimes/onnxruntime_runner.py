@@ -100,9 +100,10 @@ class OnnxRuntimeRunner(Runner):
             self.sessions["float16"] = session
             self.variants = ("default", "float16")
 
-    def profile(self, feed: dict[str, np.ndarray], runs: int) -> dict[str, float]:
+    def profile(self, feed: dict[str, np.ndarray], runs: int) -> dict[tuple[str, str], float]:
         """onnxruntime's profiler (SessionOptions.enable_profiling) on a session made as the default
-        one: each node's kernel time, summed by op type, per run (the first, warm-up run not counted)."""
+        one: each node's kernel time per run, by (node name, op type) as the optimized graph has
+        them (the first, warm-up run not counted)."""
         import json
         import tempfile
 
@@ -122,12 +123,12 @@ class OnnxRuntimeRunner(Runner):
             events = json.loads(Path(session.end_profiling()).read_text())
         runs_at = sorted(e["ts"] for e in events if e.get("cat") == "Session" and e.get("name") == "model_run")
         counted = runs_at[1] if len(runs_at) > 1 else 0  # the warm-up run's events end before the second run starts
-        per_op: dict[str, float] = {}
+        per_node: dict[tuple[str, str], float] = {}
         for event in events:
             if event.get("cat") == "Node" and event.get("name", "").endswith("_kernel_time") and event["ts"] >= counted:
-                op = event.get("args", {}).get("op_name", "?")
-                per_op[op] = per_op.get(op, 0.0) + event["dur"] / 1000 / runs
-        return per_op
+                key = (event["name"][:-len("_kernel_time")], event.get("args", {}).get("op_name", "?"))
+                per_node[key] = per_node.get(key, 0.0) + event["dur"] / 1000 / runs
+        return per_node
 
     @classmethod
     def probe(cls, model: bytes, variant: str | None = None) -> OnnxRuntimeRunner:

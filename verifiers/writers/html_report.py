@@ -253,6 +253,11 @@ class _Page:
             parts.append("<p>Time by op type (the runtime's profiler), per run:</p>" + _table(
                 ["op type", "ms", "share"], [[_e(op), _e(f"{ms:.4g}"), _e(f"{ms / total:.0%}")]
                                              for op, ms in list(measured["profile"].items())[:15]]))
+        if measured.get("profile_by_module"):
+            total = sum(measured["profile_by_module"].values())
+            parts.append("<p>Time by module (the scopes the exporter recorded on the nodes), per run:</p>" + _table(
+                ["module", "ms", "share"], [[_e(module), _e(f"{ms:.4g}"), _e(f"{ms / total:.0%}")]
+                                            for module, ms in list(measured["profile_by_module"].items())[:15]]))
         return "".join(parts)
 
     @staticmethod
