@@ -226,9 +226,11 @@ def larger(feed: dict[str, np.ndarray], inputs: list, factor: int) -> tuple[dict
     return {name: np.concatenate([value] * factor, axis=0) for name, value in feed.items()}, None
 
 
-def measure_artifact(runner_class, model: Path, feed: dict[str, np.ndarray], seconds: float) -> Measurement:
+def measure_artifact(runner_class, model: Path, feed: dict[str, np.ndarray], seconds: float,
+                     scopes: dict[str, str]) -> Measurement:
     """Load `model` with `runner_class` in this process (a fresh runtime worker) and time its runs
-    on `feed` (under the artifact's input names) and on a larger batch; see the module's docstring."""
+    on `feed` (under the artifact's input names) and on a larger batch; see the module's docstring.
+    `scopes`: the module of each of its nodes, for the profile by module (by_module)."""
     from verifiers import runtimes
 
     for module in runner_class.imports:  # the runtime imported first: its import is not the artifact's load
@@ -275,20 +277,14 @@ def measure_artifact(runner_class, model: Path, feed: dict[str, np.ndarray], sec
         by_op[op_type] = by_op.get(op_type, 0.0) + ms
     return Measurement(runner_class.runtime, runtimes.run_threads or None, len(os.sched_getaffinity(0)),
                        load_seconds, rss_before, peak, (load_before, os.getloadavg()[0]), timings, why,
-                       _largest_first(by_op), _largest_first(by_module(model, nodes)) if nodes else {})
+                       _largest_first(by_op), _largest_first(by_module(nodes, scopes)) if nodes else {})
 
 
-def by_module(model: Path, nodes: dict[tuple[str, str], float]) -> dict[str, float]:
-    """The profile's milliseconds per run (by node name and op type) summed by the module or name
-    scope the exporter recorded on the artifact's nodes (verifiers.localization.graph.Scope.path):
-    a node the runtime made by fusing keeps the name of the node it starts from (onnxruntime's
-    optimizer names them so), else it is counted under MADE_BY_RUNTIME; a node without a scope
-    under ROOT."""
-    from verifiers.formats import open_artifact
-
-    artifact = open_artifact(model)
-    scopes = {op.name: (op.scope.path if op.scope is not None and op.scope.parts else ROOT)
-              for op in artifact.format.localization_graph(model).ops}
+def by_module(nodes: dict[tuple[str, str], float], scopes: dict[str, str]) -> dict[str, float]:
+    """The profile's milliseconds per run (by node name and op type) summed by module: `scopes`
+    gives each of the artifact's nodes the module or name scope its exporter recorded (ROOT for
+    none); a node the runtime made by fusing keeps the name of the node it starts from
+    (onnxruntime's optimizer names them so), and one named anew is counted under MADE_BY_RUNTIME."""
     ordered = sorted(scopes, key=len, reverse=True)  # the longest name a fused node's name starts with
     found: dict[str, float] = {}
     for (name, _), ms in nodes.items():

@@ -62,7 +62,7 @@ def measure(report: Report, runner_class: type[Runner], path: Path, feed: dict[s
     if len(entries) == 1:
         progress(f"measuring the artifact in {runner_class.runtime} (up to {seconds:g} s per way of running and "
                  "batch)")
-        measurements = [isolation.call(measure_artifact, runner_class, path, feed, seconds,
+        measurements = [isolation.call(measure_artifact, runner_class, path, feed, seconds, node_scopes(path),
                                        runtime=runner_class.runtime, step="measuring the artifact")]
     else:
         measurements = measure_in_turn(entries, feed, seconds, progress)
@@ -92,14 +92,24 @@ def measure_in_turn(entries: Sequence[tuple[str, type[Runner], Path]], feed: dic
     from verifiers.measurement import measure_artifact, pooled
 
     share = seconds / ROUNDS
+    scopes = [node_scopes(path) for _, _, path in entries]
     rounds: list[list[Measurement]] = [[] for _ in entries]
     for round_ in range(1, ROUNDS + 1):
-        for (what, runner_class, path), taken in zip(entries, rounds):
+        for (what, runner_class, path), each_scopes, taken in zip(entries, scopes, rounds):
             progress(f"measuring {what} in {runner_class.runtime}, round {round_} of {ROUNDS} (up to {share:.2g} s "
                      "per way of running and batch)")
-            taken.append(isolation.call(measure_artifact, runner_class, path, feed, share,
+            taken.append(isolation.call(measure_artifact, runner_class, path, feed, share, each_scopes,
                                         runtime=runner_class.runtime, step=f"measuring {what}"))
     return [pooled(taken) for taken in rounds]
+
+
+def node_scopes(path: Path) -> dict[str, str]:
+    """Each node of the artifact at `path` by name, with the module or name scope its exporter
+    recorded (verifiers.localization.graph.Scope.path; ROOT for none): the profile's modules."""
+    from verifiers.measurement import ROOT
+
+    graph = open_artifact(path).format.localization_graph(path)
+    return {op.name: op.scope.path if op.scope is not None and op.scope.parts else ROOT for op in graph.ops}
 
 
 def read_baseline(options: dict[str, Any]) -> dict | None:
