@@ -471,13 +471,11 @@ def main() -> None:
 
 
 def console_main() -> None:
-    """The `exportgate` command's process (pyproject's script): main(), then the process ends as
-    soon as its work is done and written. What Python does at exit for the program still happens
-    (threads that are not daemons joined, exit handlers run: a spare runtime worker dismissed,
-    temporary folders removed, logging flushed; the output streams flushed), but not the
-    interpreter's teardown of every module and object, which after torch or TensorFlow has run
-    takes most of a second (0.7 s after a BERT-base verify) and changes nothing on disk. main()
-    is for a caller in the same interpreter: it raises SystemExit and leaves the interpreter be."""
+    """The `exportgate` command (pyproject's script): main(), then the process ends once its work is
+    written. Threads that are not daemons are joined, exit handlers run (a spare worker dismissed,
+    temporary folders removed, logging flushed) and the output flushed, but the interpreter's
+    teardown of every object (0.7 s after a BERT-base verify, changing nothing on disk) is skipped.
+    main() is for a caller in the same interpreter: it raises SystemExit and leaves it be."""
     try:
         main()
         code = 0
