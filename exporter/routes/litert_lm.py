@@ -62,9 +62,8 @@ class TorchToLiteRtLm(Route):
         with tempfile.TemporaryDirectory(dir=dest.parent, prefix=".export_hf-") as work:
             try:
                 # stderr too: its import checks transformers' docstrings aloud, its loading draws tqdm bars
-                with litert_torch_quiet(litert_torch) as printed, contextlib.redirect_stderr(printed):
-                    from litert_torch.generative.export_hf import export as export_hf
-
+                with litert_torch_quiet(litert_torch) as printed, contextlib.redirect_stderr(printed), \
+                        _kernel_decorator_patched() as export_hf:
                     export_hf.export(model=str(folder), output_dir=work, prefill_lengths=[prefill],
                                      cache_length=cache, quantization_recipe="none", prefill_logits=True,
                                      bundle_litert_lm=False, keep_temporary_files=True, trust_remote_code=False)
@@ -79,3 +78,22 @@ class TorchToLiteRtLm(Route):
             exporter="litert-torch export_hf",
             notes=[(f"an LLM of signatures prefill_{prefill} and decode over a cache of {cache} positions, batch 1: "
                     "verified by generating (the source's inputs map to none of its signatures)")])
+
+
+@contextlib.contextmanager
+def _kernel_decorator_patched():
+    """litert-torch's export_hf module, with transformers' `use_kernel_forward_from_hub` patched as
+    its import patches it (a model type whose modeling module is imported under it gets
+    litert-torch's RMSNorm, made of ops only its converter knows) for the export's time alone;
+    before and after, the decorator is transformers' own, so a model type imported later in this
+    process (a folder exported to ONNX next) is transformers' (litert_torch/generative/export_hf/
+    core/patches.py keeps both)."""
+    import transformers.integrations as integrations
+    from litert_torch.generative.export_hf import export as export_hf
+    from litert_torch.generative.export_hf.core import patches
+
+    integrations.use_kernel_forward_from_hub = patches._use_kernel_forward_from_hub
+    try:
+        yield export_hf
+    finally:
+        integrations.use_kernel_forward_from_hub = patches.original_use_kernel_forward_from_hub

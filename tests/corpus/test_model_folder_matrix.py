@@ -89,3 +89,22 @@ def test_each_decoder_exports_without_its_cache(saved, tmp_path, name, to, opset
     report = api.export(str(saved[name]), to=to, out=out, opset=opset, task="text-generation")
     assert report.exit_code == 0, report.summary_lines()
     assert not report.generation
+
+
+def test_a_folder_exported_to_onnx_after_an_llm_to_tflite_in_one_process_is_transformers_own(saved, tmp_path):
+    """litert-torch's export_hf patches transformers' kernel decorator when it is imported: a model
+    type whose modeling module is first imported after it (Qwen2 here, after a Llama LLM went to
+    TFLite) got litert-torch's RMSNorm, which torch.onnx cannot export. A fresh process, so that
+    Qwen2's module is imported there for the first time, after the LLM export."""
+    import sys
+
+    from fixtures.children import REPO, run_child
+
+    code = ("import sys\nfrom exporter import api\n"
+            "llm = api.export(sys.argv[1], to='tflite', out=sys.argv[3] + '/llama.tflite')\n"
+            "onnx = api.export(sys.argv[2], to='onnx', opset=17, out=sys.argv[3] + '/qwen2.onnx')\n"
+            "print(llm.exit_code, onnx.exit_code)\nprint(*onnx.summary_lines()[:2], sep='\\n')\n")
+    done = run_child([sys.executable, "-c", code, saved["llama-causal-lm"], saved["qwen2-causal-lm"], tmp_path],
+                     cwd=REPO)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines()[0] == "0 0", done.stdout
