@@ -5,13 +5,14 @@ memory it reports is the artifact's runtime alone: the worker's resident memory 
 (the runtime imported) and its peak from there to the end of the runs (Linux's VmRSS and VmHWM,
 the peak reset before the load). The load is the runner's: the file's checks and the runtime's
 session or interpreter. Where the runtime has a profiler (onnxruntime), a few more runs say which
-op types the time goes to. Each of the runtime's own ways of running it (onnxruntime's
+op types the time goes to, and which modules (by the scopes the exporter recorded, by_module). Each of the runtime's own ways of running it (onnxruntime's
 session; LiteRT's XNNPACK and builtin interpreters; never an emulation such as the float16
 variant, which says nothing of what ships) is timed at the batch given and, where every input's
 first axis is dynamic, at a batch 4 times larger: warm-up runs first, then runs until the 95%
 confidence interval of the median is within 2% of it, or the time given to it runs out. The
 interval comes from order statistics (no assumption on the distribution of the times), and the
-machine's load average before and after says how busy it was.
+machine's load average before and after says how busy it was. Files measured in turn over several
+rounds (a baseline artifact, GELU forms) are pooled, their interval the range of the rounds' medians.
 """
 
 from __future__ import annotations
