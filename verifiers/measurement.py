@@ -38,6 +38,9 @@ PROFILED_RUNS = 5
 PROFILE_LINES = 5  # op types and modules the summary names
 ROOT = "(no scope)"  # the profile's module for nodes the exporter put in no module
 MADE_BY_RUNTIME = "(made by the runtime)"  # for nodes the runtime made and named anew
+# The profiles a measurement holds: its key, what the time is by, and where that comes from.
+PROFILES = (("profile", "op type", "the runtime's profiler"),
+            ("profile_by_module", "module", "the scopes the exporter recorded"))
 EMULATED = "float16"  # the variant that emulates float16 arithmetic: it says nothing of what ships
 
 
@@ -148,16 +151,12 @@ def summary_lines(measured: dict) -> list[str]:
                          f"{row['high_ms']:.3g}] ({row['ratio']:.2f}x), peak memory {row['peak_rss_mb']:.0f} MB")
     if measured["larger_batch"]:
         lines.append(f"    no larger batch: {measured['larger_batch']}")
-    if measured.get("profile"):
-        total = sum(measured["profile"].values())
-        top = list(measured["profile"].items())[:PROFILE_LINES]
-        lines.append("    time by op type (the runtime's profiler): "
-                     + ", ".join(f"{op} {ms:.3g} ms ({ms / total:.0%})" for op, ms in top))
-    if measured.get("profile_by_module"):
-        total = sum(measured["profile_by_module"].values())
-        top = list(measured["profile_by_module"].items())[:PROFILE_LINES]
-        lines.append("    time by module (the scopes the exporter recorded): "
-                     + ", ".join(f"{module} {ms:.3g} ms ({ms / total:.0%})" for module, ms in top))
+    for key, by, source in PROFILES:
+        if measured.get(key):
+            total = sum(measured[key].values())
+            top = list(measured[key].items())[:PROFILE_LINES]
+            lines.append(f"    time by {by} ({source}): "
+                         + ", ".join(f"{name} {ms:.3g} ms ({ms / total:.0%})" for name, ms in top))
     return lines
 
 
@@ -247,24 +246,19 @@ def measure_artifact(runner_class, model: Path, feed: dict[str, np.ndarray], sec
         raise BadInput(f"{model.name}: its inputs are {', '.join(names)}, not {', '.join(sorted(feed))} as the "
                        "batch measured: measure it on its own (exportgate measure) or give an artifact of these inputs")
     variants = [variant for variant in runner.variants if variant != EMULATED]
-    shapes = ", ".join(f"{name} {'x'.join(map(str, value.shape)) or 'scalar'}" for name, value in feed.items())
-    try:
-        runner.timed_call(variants[0], feed)()
-    except ExportgateError:
-        raise
-    except Exception as exc:  # the runtime's own error: the values or shapes are not ones the model takes
-        raise BadInput(f"{model.name} does not run on the batch measured ({shapes}): {one_line(exc)}; give each "
-                       "input's shape and range with --input NAME:SHAPE:DTYPE[:LOW..HIGH]") from exc
+    refused = _refusal(runner.timed_call(variants[0], feed))
+    if refused:
+        shapes = ", ".join(f"{name} {'x'.join(map(str, value.shape)) or 'scalar'}" for name, value in feed.items())
+        raise BadInput(f"{model.name} does not run on the batch measured ({shapes}): {refused}; give each "
+                       "input's shape and range with --input NAME:SHAPE:DTYPE[:LOW..HIGH]")
     feeds = {_batch(feed): feed}
     bigger, why = larger(feed, runner.inputs, LARGER_BATCH)
     if bigger is not None:
-        try:
-            runner.timed_call(variants[0], bigger)()
+        refused = _refusal(runner.timed_call(variants[0], bigger))
+        if refused:
+            why = f"it does not run at batch {_batch(bigger)} ({refused})"
+        else:
             feeds[_batch(bigger)] = bigger
-        except ExportgateError:
-            raise
-        except Exception as exc:
-            why = f"it does not run at batch {_batch(bigger)} ({one_line(exc)})"
     timings = []
     for variant in variants:
         for batch, each in feeds.items():
@@ -297,6 +291,18 @@ def by_module(nodes: dict[tuple[str, str], float], scopes: dict[str, str]) -> di
 
 def _largest_first(times: dict[str, float]) -> dict[str, float]:
     return dict(sorted(times.items(), key=lambda item: -item[1]))
+
+
+def _refusal(run) -> str | None:
+    """What the runtime said when `run()` failed (the values or shapes are not ones the model
+    takes), in one line; None when it ran."""
+    try:
+        run()
+    except ExportgateError:
+        raise
+    except Exception as exc:  # the runtime's own error
+        return one_line(exc)
+    return None
 
 
 def _resident_mb(field: str) -> float:

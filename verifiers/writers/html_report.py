@@ -21,7 +21,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from verifiers.measurement import gelu_form_rows
+from verifiers.measurement import PROFILES, gelu_form_rows
 from verifiers.report import OutputResult, Report
 from verifiers.writers import atomic_write, job_name
 
@@ -248,16 +248,12 @@ class _Page:
                              [_e(row["form"]), _e(f"{row['median_ms']:.4g}"),
                               _e(f"[{row['low_ms']:.4g}, {row['high_ms']:.4g}]"), _e(f"{row['ratio']:.2f}x"),
                               _e(f"{row['peak_rss_mb']:.0f}")] for row in forms]))
-        if measured.get("profile"):
-            total = sum(measured["profile"].values())
-            parts.append("<p>Time by op type (the runtime's profiler), per run:</p>" + _table(
-                ["op type", "ms", "share"], [[_e(op), _e(f"{ms:.4g}"), _e(f"{ms / total:.0%}")]
-                                             for op, ms in list(measured["profile"].items())[:15]]))
-        if measured.get("profile_by_module"):
-            total = sum(measured["profile_by_module"].values())
-            parts.append("<p>Time by module (the scopes the exporter recorded on the nodes), per run:</p>" + _table(
-                ["module", "ms", "share"], [[_e(module), _e(f"{ms:.4g}"), _e(f"{ms / total:.0%}")]
-                                            for module, ms in list(measured["profile_by_module"].items())[:15]]))
+        for key, by, source in PROFILES:
+            if measured.get(key):
+                total = sum(measured[key].values())
+                parts.append(f"<p>Time by {_e(by)} ({_e(source)}), per run:</p>" + _table(
+                    [by, "ms", "share"], [[_e(name), _e(f"{ms:.4g}"), _e(f"{ms / total:.0%}")]
+                                          for name, ms in list(measured[key].items())[:15]]))
         return "".join(parts)
 
     @staticmethod
